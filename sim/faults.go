@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Faults describes the faults injected into answers. Fractions are of
+// answers (0 none, 1 every one) and are exclusive: at most one kind per
+// answer, so their sum is at most 1. Latency applies on top of any kind.
+// Faults apply after stats are counted and after auth, so 401s are never
+// faulted.
+//
+// In JSON, durations are Go duration strings ("250ms"):
+//
+//	{"route":"", "latency":"0s", "jitter":"0s", "http500":0, "http429":0,
+//	 "retry_after":1, "envelope":0, "envelope_code":"50026", "hang":0,
+//	 "drop":0, "malformed":0, "truncated":0}
+type Faults struct {
+	Route        string        // one route name, or "" for all six
+	Latency      time.Duration // added before every answer of the route
+	Jitter       time.Duration // plus a uniform random [0, Jitter)
+	HTTP500      float64       // HTTP 500 with an envelope, code 50026
+	HTTP429      float64       // HTTP 429, Retry-After: RetryAfter, envelope code 50011
+	RetryAfter   int           // seconds; 0 means 1
+	Envelope     float64       // HTTP 200 with {"code":EnvelopeCode,...,"data":[]}
+	EnvelopeCode string        // "" means "50026"
+	Hang         float64       // never answer until the client goes or the server closes
+	Drop         float64       // close the connection without answering
+	Malformed    float64       // HTTP 200 with a body that is not JSON
+	Truncated    float64       // HTTP 200, the JSON cut in half (Content-Length matches the cut)
+}
+
+type faultsJSON struct {
+	Route        string  `json:"route"`
+	Latency      string  `json:"latency"`
+	Jitter       string  `json:"jitter"`
+	HTTP500      float64 `json:"http500"`
+	HTTP429      float64 `json:"http429"`
+	RetryAfter   int     `json:"retry_after"`
+	Envelope     float64 `json:"envelope"`
+	EnvelopeCode string  `json:"envelope_code"`
+	Hang         float64 `json:"hang"`
+	Drop         float64 `json:"drop"`
+	Malformed    float64 `json:"malformed"`
+	Truncated    float64 `json:"truncated"`
+}
+
+// MarshalJSON writes durations as Go duration strings.
+func (f Faults) MarshalJSON() ([]byte, error) {
+	return json.Marshal(faultsJSON{
+		f.Route, f.Latency.String(), f.Jitter.String(), f.HTTP500, f.HTTP429, f.RetryAfter,
+		f.Envelope, f.EnvelopeCode, f.Hang, f.Drop, f.Malformed, f.Truncated,
+	})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; absent fields are zero, and
+// unknown fields are an error so a typo does not silently inject nothing.
+func (f *Faults) UnmarshalJSON(b []byte) error {
+	var j faultsJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return err
+	}
+	var out Faults
+	var err error
+	if j.Latency != "" {
+		if out.Latency, err = time.ParseDuration(j.Latency); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	if j.Jitter != "" {
+		if out.Jitter, err = time.ParseDuration(j.Jitter); err != nil {
+			return fmt.Errorf("jitter: %w", err)
+		}
+	}
+	out.Route, out.HTTP500, out.HTTP429, out.RetryAfter = j.Route, j.HTTP500, j.HTTP429, j.RetryAfter
+	out.Envelope, out.EnvelopeCode, out.Hang, out.Drop = j.Envelope, j.EnvelopeCode, j.Hang, j.Drop
+	out.Malformed, out.Truncated = j.Malformed, j.Truncated
+	*f = out
+	return nil
+}
+
+func (f Faults) fractions() []float64 {
+	return []float64{f.HTTP500, f.HTTP429, f.Envelope, f.Hang, f.Drop, f.Malformed, f.Truncated}
+}
+
+// Validate reports every problem of f at once.
+func (f Faults) Validate() error {
+	var errs []error
+	if f.Route != "" {
+		known := false
+		for _, rt := range routeTable {
+			known = known || rt.name == f.Route
+		}
+		if !known {
+			errs = append(errs, fmt.Errorf("route %q is not a route name", f.Route))
+		}
+	}
+	if f.Latency < 0 || f.Jitter < 0 {
+		errs = append(errs, errors.New("latency and jitter must not be negative"))
+	}
+	if f.RetryAfter < 0 {
+		errs = append(errs, errors.New("retry_after must not be negative"))
+	}
+	sum := 0.0
+	names := []string{"http500", "http429", "envelope", "hang", "drop", "malformed", "truncated"}
+	for i, v := range f.fractions() {
+		if v < 0 || v > 1 || v != v {
+			errs = append(errs, fmt.Errorf("%s = %v is not a fraction in [0, 1]", names[i], v))
+		}
+		sum += v
+	}
+	if sum > 1+1e-9 {
+		errs = append(errs, fmt.Errorf("fractions add up to %v; at most one fault per answer, so at most 1", sum))
+	}
+	return errors.Join(errs...)
+}
+
+// normalized fills the defaults and clamps fractions into [0, 1].
+func (f Faults) normalized() Faults {
+	if f.RetryAfter <= 0 {
+		f.RetryAfter = 1
+	}
+	if f.EnvelopeCode == "" {
+		f.EnvelopeCode = codeServer
+	}
+	f.Latency, f.Jitter = max(f.Latency, 0), max(f.Jitter, 0)
+	for _, p := range []*float64{&f.HTTP500, &f.HTTP429, &f.Envelope, &f.Hang, &f.Drop, &f.Malformed, &f.Truncated} {
+		if !(*p >= 0) { // also NaN
+			*p = 0
+		}
+		*p = min(*p, 1)
+	}
+	return f
+}
+
+// Fault kinds, in the order pick draws them.
+const (
+	faultHTTP500 = iota
+	faultHTTP429
+	faultEnvelope
+	faultHang
+	faultDrop
+	faultMalformed
+	faultTruncated
+	faultNone
+)
+
+// pick draws the fault kind of one answer.
+func (f Faults) pick() int {
+	u := rand.Float64()
+	acc := 0.0
+	for kind, v := range f.fractions() {
+		acc += v
+		if v > 0 && u < acc {
+			return kind
+		}
+	}
+	return faultNone
+}
+
+func (f Faults) latency() time.Duration {
+	d := f.Latency
+	if f.Jitter > 0 {
+		d += rand.N(f.Jitter)
+	}
+	return d
+}
+
+// Faults returns the faults in force.
+func (s *Server) Faults() Faults {
+	s.faultsMu.Lock()
+	defer s.faultsMu.Unlock()
+	return s.faults
+}
+
+// SetFaults replaces the faults in force. Defaults are filled in and
+// out-of-range fractions clamped; use Faults.Validate to reject them instead.
+func (s *Server) SetFaults(f Faults) {
+	f = f.normalized()
+	s.faultsMu.Lock()
+	s.faults = f
+	s.faultsMu.Unlock()
+	js, _ := json.Marshal(f)
+	s.log.Info("faults set", "faults", string(js))
+}
+
+// ClearFaults removes every fault.
+func (s *Server) ClearFaults() { s.SetFaults(Faults{}) }
