@@ -58,6 +58,8 @@ type Config struct {
 	Now           func() time.Time   // chain clock; nil means time.Now. Auth skew uses the wall clock.
 	Faults        Faults             // initial faults
 	Logger        *slog.Logger       // nil discards
+
+	onHang func() // test hook: a request starts hanging
 }
 
 // Server is a simulated explorer. It is safe for concurrent use.
@@ -260,6 +262,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		writeJSON(w, http.StatusOK, envelope(f.EnvelopeCode, "injected error envelope"))
 		return
 	case faultHang:
+		if s.cfg.onHang != nil {
+			s.cfg.onHang()
+		}
 		select {
 		case <-r.Context().Done():
 			return

@@ -17,10 +17,10 @@ const maxAPIKeys = 100
 // rejected and faulted ones. /sim/* and unknown paths are not counted.
 type Stats struct {
 	RequestsTotal int64            `json:"requests_total"`
-	Routes        map[string]int64 `json:"routes"`       // every route name, always present
-	Hashes        map[string]int64 `json:"hashes"`       // hashes asked: transaction-multi, transaction-fills, internal-transaction-multi
+	Routes        map[string]int64 `json:"routes"`        // every route name, always present
+	Hashes        map[string]int64 `json:"hashes"`        // hashes asked: transaction-multi, transaction-fills, internal-transaction-multi
 	AuthFailures  int64            `json:"auth_failures"` // 401 answers
-	APIKeys       map[string]int64 `json:"api_keys"`     // requests by SVC-ACCESS-KEY value (absent key not counted)
+	APIKeys       map[string]int64 `json:"api_keys"`      // requests by SVC-ACCESS-KEY value (absent key not counted)
 	// ClientSVCHeaders counts requests carrying SVC-* headers other than
 	// the four SVC-ACCESS-* ones, or one of those more than once: what a
 	// proxy that leaks its clients' headers upstream would send.

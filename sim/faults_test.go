@@ -1,0 +1,238 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const blocksQ = "/api/v5/chainx/block/block-list?chainShortName=CHAINX&limit=5"
+
+// TestFaultKinds observes every fault kind from a real client over a socket.
+func TestFaultKinds(t *testing.T) {
+	cases := []struct {
+		name   string
+		faults Faults
+		check  func(t *testing.T, resp *http.Response, body []byte, err error)
+	}{
+		{"http500", Faults{HTTP500: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.StatusCode != 500 || envelopeCode(body) != "50026" {
+				t.Errorf("got %v %v %s", status(resp), err, body)
+			}
+		}},
+		{"http429", Faults{HTTP429: 1, RetryAfter: 3}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "3" || envelopeCode(body) != "50011" {
+				t.Errorf("got %v %v Retry-After %q %s", status(resp), err, resp.Header.Get("Retry-After"), body)
+			}
+		}},
+		{"http429 default retry", Faults{HTTP429: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.Header.Get("Retry-After") != "1" {
+				t.Errorf("got %v Retry-After %q", err, resp.Header.Get("Retry-After"))
+			}
+		}},
+		{"envelope", Faults{Envelope: 1, EnvelopeCode: "50001"}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.StatusCode != 200 || envelopeCode(body) != "50001" {
+				t.Errorf("got %v %v %s", status(resp), err, body)
+			}
+		}},
+		{"drop", Faults{Drop: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err == nil {
+				t.Errorf("dropped connection answered %v", status(resp))
+			}
+		}},
+		{"malformed", Faults{Malformed: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			var v any
+			if err != nil || resp.StatusCode != 200 || json.Unmarshal(body, &v) == nil {
+				t.Errorf("got %v %v %s", status(resp), err, body)
+			}
+		}},
+		{"truncated", Faults{Truncated: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			var v any
+			if err != nil || resp.StatusCode != 200 || json.Unmarshal(body, &v) == nil {
+				t.Fatalf("got %v %v %s", status(resp), err, body)
+			}
+			if cl, _ := strconv.Atoi(resp.Header.Get("Content-Length")); cl != len(body) || len(body) < 1000 {
+				t.Errorf("Content-Length %d, body %d bytes", cl, len(body))
+			}
+			if !strings.HasPrefix(string(body), `{"code":"0","msg":"","data":[{"page":"1"`) {
+				t.Errorf("not the start of the real answer: %.80s", body)
+			}
+		}},
+		{"none for another route", Faults{Route: RouteTransactionMulti, HTTP500: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.StatusCode != 200 || envelopeCode(body) != "0" {
+				t.Errorf("got %v %v %s", status(resp), err, body)
+			}
+		}},
+		{"for this route", Faults{Route: RouteBlockList, HTTP500: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			if err != nil || resp.StatusCode != 500 {
+				t.Errorf("got %v %v %s", status(resp), err, body)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := start(t, Config{Faults: tc.faults})
+			resp, body, err := fetch(client(t, 10*time.Second), s.URL()+blocksQ)
+			tc.check(t, resp, body, err)
+			if got := s.Stats().Routes[RouteBlockList]; got != 1 {
+				t.Errorf("faulted request counted %d times", got)
+			}
+		})
+	}
+}
+
+// TestFaultHang: a hung request ends at the client's timeout, and one still
+// hanging ends when the server closes.
+func TestFaultHang(t *testing.T) {
+	hanging := make(chan struct{}, 2)
+	s, err := Start(Config{Faults: Faults{Hang: 1}, onHang: func() { hanging <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	_, _, err = fetch(client(t, 300*time.Millisecond), s.URL()+blocksQ)
+	if !isTimeout(err) || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("hung request: err %v after %v, want a client timeout", err, time.Since(start))
+	}
+	<-hanging
+
+	done := make(chan error)
+	go func() {
+		_, _, err := fetch(client(t, 0), s.URL()+blocksQ)
+		done <- err
+	}()
+	<-hanging
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil {
+		t.Error("request hanging at Close got an answer")
+	}
+}
+
+// TestFaultLatency: latency delays answers of the faulted route only.
+func TestFaultLatency(t *testing.T) {
+	const d = 150 * time.Millisecond
+	s := start(t, Config{Faults: Faults{Route: RouteBlockList, Latency: d, Jitter: 10 * time.Millisecond}})
+	c := client(t, 10*time.Second)
+	start := time.Now()
+	if resp, _, err := fetch(c, s.URL()+blocksQ); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", status(resp), err)
+	}
+	if took := time.Since(start); took < d {
+		t.Errorf("answer after %v, want at least %v", took, d)
+	}
+	// Another route is not delayed. Its time is not asserted against a
+	// bound (the machine may be slow); it must merely be answered, and the
+	// latency must not be counted against it: compare with the faulted one.
+	start = time.Now()
+	if resp, _, err := fetch(c, s.URL()+"/api/v5/chainx/tz/cross/transaction-fills?chainShortName=TRADE_ZONE&txid="+s.UnknownHash(0)); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", status(resp), err)
+	}
+	if took := time.Since(start); took >= d {
+		t.Errorf("unfaulted route took %v", took)
+	}
+}
+
+// TestFaultsAPI sets and clears faults over HTTP and through Go.
+func TestFaultsAPI(t *testing.T) {
+	s := start(t, Config{})
+	c := client(t, 10*time.Second)
+	send := func(method, body string) answer {
+		req, _ := http.NewRequest(method, s.URL()+"/sim/faults", strings.NewReader(body))
+		return do(t, c, req)
+	}
+	a := send("POST", `{"route":"transaction-list","latency":"20ms","http429":0.5,"retry_after":7,"envelope":0.25}`)
+	if a.status != 200 {
+		t.Fatalf("POST: %d %s", a.status, a.body)
+	}
+	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0}`
+	if got := strings.TrimSpace(string(send("GET", "").body)); got != want {
+		t.Errorf("GET /sim/faults\n got %s\nwant %s", got, want)
+	}
+	if f := s.Faults(); f.Latency != 20*time.Millisecond || f.HTTP429 != 0.5 || f.RetryAfter != 7 {
+		t.Errorf("Faults() = %+v", f)
+	}
+	for _, body := range []string{
+		`{"route":"nope"}`, `{"http500":1.5}`, `{"http500":0.6,"drop":0.6}`, `{"latency":"soon"}`, `{"typo":1}`, `not json`,
+	} {
+		if a := send("POST", body); a.status != 400 {
+			t.Errorf("POST %s: %d, want 400", body, a.status)
+		}
+	}
+	if a := send("DELETE", ""); a.status != 200 {
+		t.Fatalf("DELETE: %d", a.status)
+	}
+	if f := s.Faults(); f != (Faults{RetryAfter: 1, EnvelopeCode: "50026"}) {
+		t.Errorf("after DELETE: %+v", f)
+	}
+
+	s.SetFaults(Faults{HTTP500: 1})
+	if resp, _, err := fetch(c, s.URL()+blocksQ); err != nil || resp.StatusCode != 500 {
+		t.Fatalf("after SetFaults: %v %v", status(resp), err)
+	}
+	s.ClearFaults()
+	if resp, _, err := fetch(c, s.URL()+blocksQ); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after ClearFaults: %v %v", status(resp), err)
+	}
+}
+
+// TestFaultsAfterAuth: auth failures are answered as such, not faulted.
+func TestFaultsAfterAuth(t *testing.T) {
+	s := start(t, Config{Auth: true, Faults: Faults{HTTP500: 1}})
+	if a := get(t, s, blocksQ); a.status != 401 {
+		t.Errorf("unsigned request under faults: %d", a.status)
+	}
+}
+
+func TestFaultPick(t *testing.T) {
+	f := Faults{HTTP500: 0.25, Drop: 0.25}
+	n := map[int]int{}
+	for range 4000 {
+		n[f.pick()]++
+	}
+	for kind, want := range map[int]int{faultHTTP500: 1000, faultDrop: 1000, faultNone: 2000} {
+		if n[kind] < want*8/10 || n[kind] > want*12/10 {
+			t.Errorf("kind %d drawn %d times of 4000, want about %d", kind, n[kind], want)
+		}
+	}
+	if (Faults{}).pick() != faultNone || (Faults{Truncated: 1}).pick() != faultTruncated {
+		t.Error("pick of 0 or 1 fractions")
+	}
+}
+
+// fetch GETs url and reads the whole body.
+func fetch(c *http.Client, url string) (*http.Response, []byte, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp, body, err
+}
+
+func envelopeCode(body []byte) string {
+	var e struct{ Code string }
+	json.Unmarshal(body, &e)
+	return e.Code
+}
+
+func status(resp *http.Response) any {
+	if resp == nil {
+		return "no response"
+	}
+	return resp.StatusCode
+}
+
+func isTimeout(err error) bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
