@@ -1,0 +1,38 @@
+# explorer-edge. `make run` starts explorer-sim and explorer-edge on the
+# shipped config.yaml; Ctrl-C stops both. `make test` is everything CI runs.
+GO ?= go
+BIN := bin
+
+.PHONY: build run test vet bench bench-compare bench-replay fuzz clean
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
+
+run: build
+	@trap 'kill $$sim $$edge 2>/dev/null; wait' INT TERM EXIT; \
+	$(BIN)/explorer-sim -listen 127.0.0.1:8900 & sim=$$!; \
+	$(BIN)/explorer-edge -config config.yaml & edge=$$!; \
+	wait $$edge
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+test: vet build
+	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
+	$(GO) test -race -count=1 -timeout 10m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer
+
+bench-compare: build
+	bench/compare
+
+bench-replay:
+	$(GO) run ./bench/replay
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzParams -fuzztime 30s ./proxy
+
+clean:
+	rm -rf $(BIN)

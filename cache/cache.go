@@ -1,0 +1,225 @@
+// Package cache holds answers of the explorer API in memory (Ristretto), with
+// the times that decide whether an answer is fresh, stale or gone, and the
+// policy that turns an answer into those times (policy.go).
+package cache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/dgraph-io/ristretto/v2"
+)
+
+// Entry is one stored answer: the exact bytes to send and what the response
+// headers need. Entries are immutable once stored; readers share them.
+type Entry struct {
+	Key    string // normalized key; checked on every read against hash collisions
+	Body   []byte // identity body, sent as is
+	Gzip   []byte // gzip of Body, nil when compression does not pay
+	ETag   []byte // strong validator, quoted: "5f0c..."
+	Class  Class
+	Stored int64 // unix nanoseconds the upstream answered
+	Fresh  int64 // unix nanoseconds until which the entry is fresh
+	// Stale windows, copied from config at store time, so a reload does not
+	// change what an entry already promised.
+	StaleWhileRevalidate int64 // nanoseconds past Fresh
+	StaleIfError         int64 // nanoseconds past Fresh
+}
+
+// gzipMin is the body size below which gzip is not worth a second copy.
+const gzipMin = 512
+
+// entryOverhead approximates the memory of an Entry beside its byte slices:
+// the struct, the Ristretto item and its map slot.
+const entryOverhead = 256
+
+// NewEntry builds an entry from an upstream body it copies (fasthttp reuses
+// its buffers), compressing once here instead of per request.
+func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
+	e := &Entry{
+		Key:                  key,
+		Body:                 bytes.Clone(body),
+		Class:                class,
+		Stored:               stored.UnixNano(),
+		Fresh:                stored.Add(ttl).UnixNano(),
+		StaleWhileRevalidate: int64(swr),
+		StaleIfError:         int64(sie),
+	}
+	sum := xxhash.Sum64(body)
+	var raw [8]byte
+	for i := range raw {
+		raw[i] = byte(sum >> (56 - 8*i))
+	}
+	e.ETag = make([]byte, 0, 18)
+	e.ETag = append(e.ETag, '"')
+	e.ETag = hex.AppendEncode(e.ETag, raw[:])
+	e.ETag = append(e.ETag, '"')
+	if len(body) >= gzipMin {
+		var b bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+		zw.Write(body)
+		zw.Close()
+		if b.Len() < len(body) {
+			e.Gzip = b.Bytes()
+		}
+	}
+	return e
+}
+
+// Cost is the memory the entry holds, in bytes.
+func (e *Entry) Cost() int64 {
+	return int64(len(e.Key)+cap(e.Body)+cap(e.Gzip)+cap(e.ETag)) + entryOverhead
+}
+
+// State is what an entry is good for at a given time.
+type State uint8
+
+const (
+	Missing State = iota // nothing usable
+	Fresh                // serve as a hit
+	Stale                // serve and refresh in the background (stale-while-revalidate)
+	Expired              // refetch; serve only if the upstream fails (stale-if-error)
+)
+
+// StateAt classifies the entry at now (unix nanoseconds).
+func (e *Entry) StateAt(now int64) State {
+	switch {
+	case e == nil:
+		return Missing
+	case now < e.Fresh:
+		return Fresh
+	case now < e.Fresh+e.StaleWhileRevalidate:
+		return Stale
+	case now < e.Fresh+e.StaleIfError:
+		return Expired
+	}
+	return Missing
+}
+
+// UsableOnError reports whether the entry may stand in for a failed upstream
+// call at now.
+func (e *Entry) UsableOnError(now int64) bool {
+	return e != nil && now < e.Fresh+max(e.StaleIfError, e.StaleWhileRevalidate)
+}
+
+// TTL is the remaining fresh time at now in whole seconds; negative when stale
+// (RFC 9211 ttl parameter).
+func (e *Entry) TTL(now int64) int64 {
+	d := e.Fresh - now
+	if d >= 0 {
+		return d / int64(time.Second)
+	}
+	return -((-d + int64(time.Second) - 1) / int64(time.Second))
+}
+
+// Age is the entry's age at now in whole seconds (RFC 9111 section 5.1).
+func (e *Entry) Age(now int64) int64 {
+	if now <= e.Stored {
+		return 0
+	}
+	return (now - e.Stored) / int64(time.Second)
+}
+
+// Config sizes the cache.
+type Config struct {
+	MaxBytes int64 // bound on the bytes held by entries; must be > 0
+}
+
+// Cache is a bounded in-memory cache of entries, safe for concurrent use.
+type Cache struct {
+	r         *ristretto.Cache[string, *Entry]
+	bytes     atomic.Int64
+	entries   atomic.Int64
+	evictions atomic.Int64
+}
+
+// New returns a cache bounded by cfg.MaxBytes.
+func New(cfg Config) (*Cache, error) {
+	if cfg.MaxBytes <= 0 {
+		return nil, fmt.Errorf("cache: max_bytes must be > 0, got %d", cfg.MaxBytes)
+	}
+	c := &Cache{}
+	// Counters: about ten per expected entry, expecting 2 KB entries on average.
+	counters := max(cfg.MaxBytes/2048*10, 10_000)
+	r, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
+		NumCounters:        counters,
+		MaxCost:            cfg.MaxBytes,
+		BufferItems:        64,
+		IgnoreInternalCost: true, // Entry.Cost already counts the overhead
+		OnEvict: func(it *ristretto.Item[*Entry]) {
+			c.evictions.Add(1)
+			c.bytes.Add(-it.Cost)
+			c.entries.Add(-1)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.r = r
+	return c, nil
+}
+
+// Get returns the entry for key, or nil. The key may alias a reused buffer:
+// Ristretto keeps only hashes of it.
+func (c *Cache) Get(key []byte) *Entry {
+	e, ok := c.r.Get(unsafe.String(unsafe.SliceData(key), len(key)))
+	if !ok || e.Key != unsafe.String(unsafe.SliceData(key), len(key)) {
+		return nil
+	}
+	return e
+}
+
+// GetString is Get for a key held as a string.
+func (c *Cache) GetString(key string) *Entry {
+	e, ok := c.r.Get(key)
+	if !ok || e.Key != key {
+		return nil
+	}
+	return e
+}
+
+// Set stores e under e.Key until its last usable moment and waits until the
+// entry is visible to Get, so the next request for the same key is a hit.
+func (c *Cache) Set(e *Entry, now time.Time) {
+	keep := time.Duration(e.Fresh+max(e.StaleWhileRevalidate, e.StaleIfError)-now.UnixNano()) + time.Second
+	if keep <= 0 {
+		return
+	}
+	cost := e.Cost()
+	prev := c.GetString(e.Key)
+	if c.r.SetWithTTL(e.Key, e, cost, keep) {
+		c.r.Wait()
+		if got := c.GetString(e.Key); got == e {
+			if prev != nil {
+				c.bytes.Add(cost - prev.Cost())
+			} else {
+				c.bytes.Add(cost)
+				c.entries.Add(1)
+			}
+		}
+	}
+}
+
+// Del removes key.
+func (c *Cache) Del(key string) { c.r.Del(key) }
+
+// Bytes is the cost held by entries now.
+func (c *Cache) Bytes() int64 { return c.bytes.Load() }
+
+// Entries is the number of entries held now.
+func (c *Cache) Entries() int64 { return c.entries.Load() }
+
+// Evictions is the number of entries evicted or expired so far.
+func (c *Cache) Evictions() int64 { return c.evictions.Load() }
+
+// MaxBytes is the configured bound.
+func (c *Cache) MaxBytes() int64 { return c.r.MaxCost() }
+
+// Close releases the cache's goroutines.
+func (c *Cache) Close() { c.r.Close() }

@@ -1,0 +1,94 @@
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class says how settled an answer is; its TTL follows (DESIGN.md section 3).
+type Class uint8
+
+const (
+	Head     Class = iota // moves with the chain head: seconds
+	Final                 // settled chain data: hours
+	Volatile              // holder positions: tens of seconds
+	Negative              // not found (yet): seconds
+	numClasses
+)
+
+var classNames = [numClasses]string{"head", "final", "volatile", "negative"}
+
+func (c Class) String() string {
+	if c < numClasses {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// TTLs holds the fresh time of each class for one route. A zero field means
+// the class does not occur on that route.
+type TTLs struct {
+	Head     time.Duration `koanf:"head"`
+	Final    time.Duration `koanf:"final"`
+	Volatile time.Duration `koanf:"volatile"`
+	Negative time.Duration `koanf:"negative"`
+}
+
+// For returns the fresh time of class c, falling back to the shortest
+// configured one when the route does not name c: an answer of an unexpected
+// class is never kept longer than the route's most careful TTL.
+func (t TTLs) For(c Class) time.Duration {
+	var d time.Duration
+	switch c {
+	case Head:
+		d = t.Head
+	case Final:
+		d = t.Final
+	case Volatile:
+		d = t.Volatile
+	case Negative:
+		d = t.Negative
+	}
+	if d > 0 {
+		return d
+	}
+	return t.Shortest()
+}
+
+// Shortest is the smallest positive TTL of the route.
+func (t TTLs) Shortest() time.Duration {
+	var m time.Duration
+	for _, d := range []time.Duration{t.Head, t.Final, t.Volatile, t.Negative} {
+		if d > 0 && (m == 0 || d < m) {
+			m = d
+		}
+	}
+	return m
+}
+
+// Validate reports negative durations and a route with no TTL at all.
+func (t TTLs) Validate(route string) error {
+	var errs []error
+	for i, d := range []time.Duration{t.Head, t.Final, t.Volatile, t.Negative} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("cache.ttl.%s.%s: must not be negative, got %s", route, classNames[i], d))
+		}
+	}
+	if t.Shortest() == 0 {
+		errs = append(errs, fmt.Errorf("cache.ttl.%s: needs at least one positive TTL", route))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultTTLs are the fresh times of DESIGN.md section 3, by route name.
+func DefaultTTLs() map[string]TTLs {
+	return map[string]TTLs{
+		"position-list":              {Volatile: 30 * time.Second},
+		"block-list":                 {Head: time.Second, Final: 24 * time.Hour},
+		"transaction-list":           {Head: 2 * time.Second, Final: 24 * time.Hour},
+		"transaction-multi":          {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+		"transaction-fills":          {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+		"internal-transaction-multi": {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+	}
+}

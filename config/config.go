@@ -1,0 +1,467 @@
+// Package config is the schema of explorer-edge's configuration file: the
+// built-in defaults, the YAML file, then EDGE_* environment variables, loaded
+// with koanf. The field comments are the configuration reference.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+
+	"explorer-edge/cache"
+)
+
+// Config is the whole configuration of one explorer-edge process.
+type Config struct {
+	Listen          string        `koanf:"listen"`           // public API address
+	AdminListen     string        `koanf:"admin_listen"`     // /metrics, /healthz, /readyz; never the public port
+	Chains          []string      `koanf:"chains"`           // chainShortName values served, matched case-insensitively
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"` // bound on draining in-flight requests at SIGTERM
+	WatchConfig     bool          `koanf:"watch_config"`     // reload when the config file changes (SIGHUP always reloads)
+	Upstream        Upstream      `koanf:"upstream"`
+	Auth            Auth          `koanf:"auth"`
+	Cache           Cache         `koanf:"cache"`
+	Server          Server        `koanf:"server"`
+	Log             Log           `koanf:"log"`
+	Shared          Shared        `koanf:"shared"`
+}
+
+// Upstream is the explorer API the edge forwards misses to.
+type Upstream struct {
+	BaseURL    string        `koanf:"base_url"`   // scheme://host[:port][/prefix]
+	APIKey     string        `koanf:"api_key"`    // edge's own credentials; every upstream request is re-signed
+	SecretKey  string        `koanf:"secret_key"` // never logged
+	Passphrase string        `koanf:"passphrase"` // never logged
+	Timeout    time.Duration `koanf:"timeout"`    // one upstream attempt
+	Rate       float64       `koanf:"rate"`       // quota in requests per second, whole fleet
+	Burst      int           `koanf:"burst"`      // bucket size
+	// BudgetWait is how long a client miss may wait for a token when the
+	// bucket is empty and no stale copy exists, before 503/50001.
+	BudgetWait       time.Duration `koanf:"budget_wait"`
+	MaxConns         int           `koanf:"max_conns"`          // connections to the upstream host
+	MaxResponseBytes int           `koanf:"max_response_bytes"` // larger answers are an error (50026)
+	Retries          int           `koanf:"retries"`            // extra attempts after 5xx, timeout, connection error
+	RetryBackoff     time.Duration `koanf:"retry_backoff"`      // first backoff; doubles, with full jitter
+	RetryMaxTime     time.Duration `koanf:"retry_max_time"`     // bound on all attempts of one call
+	BreakerFailures  int           `koanf:"breaker_failures"`   // consecutive failures that open the breaker
+	BreakerOpenFor   time.Duration `koanf:"breaker_open_for"`   // how long it stays open before a probe
+}
+
+// Client is one frontend allowed in when auth.mode is "signed".
+type Client struct {
+	Name       string  `koanf:"name"` // metric label; must be unique
+	APIKey     string  `koanf:"api_key"`
+	SecretKey  string  `koanf:"secret_key"`
+	Passphrase string  `koanf:"passphrase"`
+	Rate       float64 `koanf:"rate"`  // requests per second; 0 = no limit
+	Burst      int     `koanf:"burst"` // bucket size
+}
+
+// Auth decides who may call the edge.
+type Auth struct {
+	Mode           string        `koanf:"mode"`            // "off" or "signed"
+	MaxSkew        time.Duration `koanf:"max_skew"`        // accepted distance of SVC-ACCESS-TIMESTAMP from now
+	Clients        []Client      `koanf:"clients"`         // used when mode is "signed"
+	IPRate         float64       `koanf:"ip_rate"`         // per client IP when mode is "off"; 0 = no limit
+	IPBurst        int           `koanf:"ip_burst"`        // bucket size per IP
+	TrustedProxies []string      `koanf:"trusted_proxies"` // IPs or CIDRs whose X-Forwarded-For is believed
+}
+
+// Cache sizes the cache and sets its times.
+type Cache struct {
+	MaxBytes             int64         `koanf:"max_bytes"`              // bound on bytes held by entries
+	StaleWhileRevalidate time.Duration `koanf:"stale_while_revalidate"` // serve stale and refresh once in the background
+	StaleIfError         time.Duration `koanf:"stale_if_error"`         // serve stale while the upstream fails
+	BatchWindow          time.Duration `koanf:"batch_window"`           // gather per-hash misses into one upstream call
+	// Policy is "finality" (TTL by how settled each answer is) or "route"
+	// (one TTL per route: the shortest of its classes), for comparison.
+	Policy string `koanf:"policy"`
+	// TTL overrides fresh times per route and class, e.g.
+	// ttl: {block-list: {head: 2s}}. Unnamed values keep their defaults.
+	TTL map[string]cache.TTLs `koanf:"ttl"`
+}
+
+// Server hardens the public listener.
+type Server struct {
+	ReadTimeout    time.Duration `koanf:"read_timeout"`     // whole request, headers included (slowloris)
+	WriteTimeout   time.Duration `koanf:"write_timeout"`    // whole response
+	IdleTimeout    time.Duration `koanf:"idle_timeout"`     // keep-alive between requests
+	MaxHeaderBytes int           `koanf:"max_header_bytes"` // request line and headers
+	MaxURLBytes    int           `koanf:"max_url_bytes"`    // request target; longer gets 414
+	MaxConns       int           `koanf:"max_conns"`        // concurrent connections
+	GOMAXPROCS     int           `koanf:"gomaxprocs"`       // 0 = Go's default
+}
+
+// Log configures log/slog.
+type Log struct {
+	Level        string  `koanf:"level"`         // debug, info, warn, error
+	Format       string  `koanf:"format"`        // json or text
+	AccessSample float64 `koanf:"access_sample"` // fraction of requests logged, 0 = no access log
+}
+
+// Shared is fleet mode on Redis.
+type Shared struct {
+	RedisAddr     string        `koanf:"redis_addr"` // empty: single node; "host:port" (comma-separated for a cluster)
+	RedisUsername string        `koanf:"redis_username"`
+	RedisPassword string        `koanf:"redis_password"` // never logged
+	RedisTLS      bool          `koanf:"redis_tls"`
+	RedisCluster  bool          `koanf:"redis_cluster"`
+	Timeout       time.Duration `koanf:"timeout"`   // bound on any Redis round trip; past it a node goes on alone
+	LockTTL       time.Duration `koanf:"lock_ttl"`  // fetch lock lifetime; a dead holder's lock expires after it
+	LockWait      time.Duration `koanf:"lock_wait"` // how long other nodes wait for the holder's answer
+	Prefix        string        `koanf:"prefix"`    // key prefix, to share one Redis between deployments
+}
+
+// Default is the configuration before any file or environment.
+func Default() Config {
+	return Config{
+		Listen:          ":8080",
+		AdminListen:     ":8081",
+		Chains:          []string{"CHAINX", "TRADE_ZONE"},
+		ShutdownTimeout: 15 * time.Second,
+		Upstream: Upstream{
+			BaseURL:          "http://127.0.0.1:8900",
+			Timeout:          5 * time.Second,
+			Rate:             20,
+			Burst:            20,
+			BudgetWait:       250 * time.Millisecond,
+			MaxConns:         64,
+			MaxResponseBytes: 8 << 20,
+			Retries:          2,
+			RetryBackoff:     50 * time.Millisecond,
+			RetryMaxTime:     8 * time.Second,
+			BreakerFailures:  5,
+			BreakerOpenFor:   5 * time.Second,
+		},
+		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second},
+		Cache: Cache{
+			MaxBytes:             256 << 20,
+			StaleWhileRevalidate: 30 * time.Second,
+			StaleIfError:         10 * time.Minute,
+			BatchWindow:          2 * time.Millisecond,
+			Policy:               "finality",
+			TTL:                  cache.DefaultTTLs(),
+		},
+		Server: Server{
+			ReadTimeout:    10 * time.Second,
+			WriteTimeout:   10 * time.Second,
+			IdleTimeout:    60 * time.Second,
+			MaxHeaderBytes: 8 << 10,
+			MaxURLBytes:    4 << 10,
+			MaxConns:       10_000,
+		},
+		Log: Log{Level: "info", Format: "json"},
+		Shared: Shared{
+			Timeout:  50 * time.Millisecond,
+			LockTTL:  10 * time.Second,
+			LockWait: 6 * time.Second,
+			Prefix:   "edge:",
+		},
+	}
+}
+
+// Load reads defaults, then the YAML file at path (skipped when path is
+// empty), then EDGE_* environment variables. It does not validate.
+func Load(path string) (Config, error) {
+	k := koanf.New(".")
+	if path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	// EDGE_UPSTREAM__SECRET_KEY -> upstream.secret_key.
+	err := k.Load(env.Provider("EDGE_", ".", func(s string) string {
+		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, "EDGE_")), "__", ".")
+	}), nil)
+	if err != nil {
+		return Config{}, err
+	}
+	return decode(k)
+}
+
+// Parse is Load for YAML held in memory (tests, -check-config of stdin).
+func Parse(yamlText []byte) (Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(rawBytes(yamlText), yaml.Parser()); err != nil {
+		return Config{}, err
+	}
+	return decode(k)
+}
+
+type rawBytes []byte
+
+func (b rawBytes) ReadBytes() ([]byte, error)  { return b, nil }
+func (b rawBytes) Read() (map[string]any, error) { return nil, errors.New("not supported") }
+
+func decode(k *koanf.Koanf) (Config, error) {
+	cfg := Default()
+	// TTL overrides merge field by field into the defaults; decode them apart.
+	overrides := map[string]cache.TTLs{}
+	ttlRaw := k.Get("cache.ttl")
+	clientsRaw := k.Get("auth.clients")
+	k.Delete("cache.ttl")
+	k.Delete("auth.clients")
+	dc := func(out any) *mapstructure.DecoderConfig {
+		return &mapstructure.DecoderConfig{
+			DecodeHook: mapstructure.ComposeDecodeHookFunc(
+				mapstructure.StringToTimeDurationHookFunc(),
+				mapstructure.StringToSliceHookFunc(",")),
+			WeaklyTypedInput: true,
+			ErrorUnused:      true, // unknown keys are an error
+			TagName:          "koanf",
+			Result:           out,
+		}
+	}
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{DecoderConfig: dc(&cfg)}); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	if err := decodeInto(ttlRaw, &overrides, dc); err != nil {
+		return Config{}, fmt.Errorf("config cache.ttl: %w", err)
+	}
+	if clientsRaw != nil {
+		cfg.Auth.Clients = nil
+		if err := decodeInto(clientsRaw, &cfg.Auth.Clients, dc); err != nil {
+			return Config{}, fmt.Errorf("config auth.clients: %w", err)
+		}
+	}
+	for route, o := range overrides {
+		t, ok := cfg.Cache.TTL[route]
+		if !ok {
+			cfg.Cache.TTL[route] = o // reported by Validate as an unknown route
+			continue
+		}
+		for _, p := range []struct{ dst, src *time.Duration }{
+			{&t.Head, &o.Head}, {&t.Final, &o.Final}, {&t.Volatile, &o.Volatile}, {&t.Negative, &o.Negative},
+		} {
+			if *p.src != 0 {
+				*p.dst = *p.src
+			}
+		}
+		cfg.Cache.TTL[route] = t
+	}
+	applyClientEnv(&cfg)
+	return cfg, nil
+}
+
+func decodeInto(raw any, out any, dc func(any) *mapstructure.DecoderConfig) error {
+	if raw == nil {
+		return nil
+	}
+	d, err := mapstructure.NewDecoder(dc(out))
+	if err != nil {
+		return err
+	}
+	return d.Decode(raw)
+}
+
+// applyClientEnv sets client secrets from the environment, so none has to
+// live in a file: EDGE_AUTH__CLIENTS__<NAME>__SECRET_KEY (and __API_KEY,
+// __PASSPHRASE) for the client named <name> (case-insensitive).
+func applyClientEnv(cfg *Config) {
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, "EDGE_AUTH__CLIENTS__")
+		if !ok {
+			continue
+		}
+		client, field, ok := strings.Cut(rest, "__")
+		if !ok {
+			continue
+		}
+		for i := range cfg.Auth.Clients {
+			c := &cfg.Auth.Clients[i]
+			if !strings.EqualFold(c.Name, client) {
+				continue
+			}
+			switch field {
+			case "API_KEY":
+				c.APIKey = value
+			case "SECRET_KEY":
+				c.SecretKey = value
+			case "PASSPHRASE":
+				c.Passphrase = value
+			}
+		}
+	}
+}
+
+// routeNames are the names cache.ttl may use: the routes of the proxy's table.
+var routeNames = []string{"position-list", "block-list", "transaction-list", "transaction-multi", "transaction-fills", "internal-transaction-multi"}
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	checkAddr := func(key, v string) {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad("%s: %q is not host:port: %v", key, v, err)
+		}
+	}
+	checkAddr("listen", c.Listen)
+	checkAddr("admin_listen", c.AdminListen)
+	if c.Listen == c.AdminListen {
+		bad("admin_listen: must differ from listen (%s)", c.Listen)
+	}
+	if len(c.Chains) == 0 {
+		bad("chains: at least one chain is required")
+	}
+	for _, ch := range c.Chains {
+		if strings.TrimSpace(ch) == "" {
+			bad("chains: empty chain name")
+		}
+	}
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad("%s: must be > 0, got %s", key, d)
+		}
+	}
+	nonNegative := func(key string, d time.Duration) {
+		if d < 0 {
+			bad("%s: must not be negative, got %s", key, d)
+		}
+	}
+	positive("shutdown_timeout", c.ShutdownTimeout)
+
+	u := c.Upstream
+	if p, err := url.Parse(u.BaseURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
+		bad("upstream.base_url: %q must be http(s)://host[:port][/prefix] without a query", u.BaseURL)
+	}
+	if u.APIKey == "" || u.SecretKey == "" || u.Passphrase == "" {
+		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY etc.)")
+	}
+	positive("upstream.timeout", u.Timeout)
+	if u.Rate <= 0 {
+		bad("upstream.rate: must be > 0, got %v", u.Rate)
+	}
+	if u.Burst < 1 {
+		bad("upstream.burst: must be >= 1, got %d", u.Burst)
+	}
+	nonNegative("upstream.budget_wait", u.BudgetWait)
+	if u.MaxConns < 1 {
+		bad("upstream.max_conns: must be >= 1, got %d", u.MaxConns)
+	}
+	if u.MaxResponseBytes < 1024 {
+		bad("upstream.max_response_bytes: must be >= 1024, got %d", u.MaxResponseBytes)
+	}
+	if u.Retries < 0 || u.Retries > 10 {
+		bad("upstream.retries: must be 0..10, got %d", u.Retries)
+	}
+	positive("upstream.retry_backoff", u.RetryBackoff)
+	positive("upstream.retry_max_time", u.RetryMaxTime)
+	if u.BreakerFailures < 1 {
+		bad("upstream.breaker_failures: must be >= 1, got %d", u.BreakerFailures)
+	}
+	positive("upstream.breaker_open_for", u.BreakerOpenFor)
+
+	a := c.Auth
+	switch a.Mode {
+	case "off":
+	case "signed":
+		if len(a.Clients) == 0 {
+			bad("auth.clients: mode signed needs at least one client")
+		}
+	default:
+		bad("auth.mode: %q is neither \"off\" nor \"signed\"", a.Mode)
+	}
+	positive("auth.max_skew", a.MaxSkew)
+	names, keys := map[string]bool{}, map[string]bool{}
+	for i, cl := range a.Clients {
+		if cl.Name == "" {
+			bad("auth.clients[%d].name: required", i)
+		} else if names[cl.Name] {
+			bad("auth.clients[%d].name: %q used twice", i, cl.Name)
+		}
+		names[cl.Name] = true
+		if a.Mode == "signed" && (cl.APIKey == "" || cl.SecretKey == "" || cl.Passphrase == "") {
+			bad("auth.clients[%d] (%s): api_key, secret_key and passphrase are required", i, cl.Name)
+		}
+		if cl.APIKey != "" && keys[cl.APIKey] {
+			bad("auth.clients[%d] (%s): api_key used by another client", i, cl.Name)
+		}
+		keys[cl.APIKey] = true
+		if cl.Rate < 0 || (cl.Rate > 0 && cl.Burst < 1) {
+			bad("auth.clients[%d] (%s): rate must be >= 0 and burst >= 1 when rate is set", i, cl.Name)
+		}
+	}
+	if a.IPRate < 0 || (a.IPRate > 0 && a.IPBurst < 1) {
+		bad("auth.ip_rate: must be >= 0, and ip_burst >= 1 when ip_rate is set")
+	}
+	for _, p := range a.TrustedProxies {
+		if net.ParseIP(p) == nil {
+			if _, _, err := net.ParseCIDR(p); err != nil {
+				bad("auth.trusted_proxies: %q is neither an IP nor a CIDR", p)
+			}
+		}
+	}
+
+	ca := c.Cache
+	if ca.MaxBytes < 1<<20 {
+		bad("cache.max_bytes: must be >= 1048576, got %d", ca.MaxBytes)
+	}
+	nonNegative("cache.stale_while_revalidate", ca.StaleWhileRevalidate)
+	nonNegative("cache.stale_if_error", ca.StaleIfError)
+	positive("cache.batch_window", ca.BatchWindow)
+	if ca.Policy != "finality" && ca.Policy != "route" {
+		bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)
+	}
+	for route, t := range ca.TTL {
+		if !slices.Contains(routeNames, route) {
+			bad("cache.ttl.%s: unknown route (known: %s)", route, strings.Join(routeNames, ", "))
+			continue
+		}
+		if err := t.Validate(route); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	s := c.Server
+	positive("server.read_timeout", s.ReadTimeout)
+	positive("server.write_timeout", s.WriteTimeout)
+	positive("server.idle_timeout", s.IdleTimeout)
+	if s.MaxHeaderBytes < 1024 {
+		bad("server.max_header_bytes: must be >= 1024, got %d", s.MaxHeaderBytes)
+	}
+	if s.MaxURLBytes < 256 || s.MaxURLBytes > s.MaxHeaderBytes {
+		bad("server.max_url_bytes: must be 256..max_header_bytes, got %d", s.MaxURLBytes)
+	}
+	if s.MaxConns < 1 {
+		bad("server.max_conns: must be >= 1, got %d", s.MaxConns)
+	}
+	if s.GOMAXPROCS < 0 {
+		bad("server.gomaxprocs: must be >= 0, got %d", s.GOMAXPROCS)
+	}
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q is not debug, info, warn or error", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		bad("log.format: %q is neither json nor text", c.Log.Format)
+	}
+	if c.Log.AccessSample < 0 || c.Log.AccessSample > 1 {
+		bad("log.access_sample: must be within 0..1, got %v", c.Log.AccessSample)
+	}
+
+	sh := c.Shared
+	if sh.RedisAddr != "" {
+		for _, addr := range strings.Split(sh.RedisAddr, ",") {
+			checkAddr("shared.redis_addr", strings.TrimSpace(addr))
+		}
+		positive("shared.timeout", sh.Timeout)
+		positive("shared.lock_ttl", sh.LockTTL)
+		positive("shared.lock_wait", sh.LockWait)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,228 @@
+// Package metrics defines every Prometheus family explorer-edge exports
+// (DESIGN.md section 8) on a registry of its own. Label values come from
+// fixed sets given at construction; per-label series are resolved once, so
+// recording on the hit path is an index into a slice and an atomic add.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const ns = "explorer_edge"
+
+// Cache results (label values of cache_results_total).
+const (
+	ResultHit = iota
+	ResultMiss
+	ResultStale      // served stale while one refresh runs
+	ResultStaleError // served stale because the upstream failed
+	ResultCollapsed  // a miss that waited for another request's fetch
+	ResultPartial    // a batch answered partly from cache
+	numResults
+)
+
+var resultNames = [numResults]string{"hit", "miss", "stale", "stale_error", "collapsed", "partial"}
+
+// Upstream outcomes (label values of upstream_requests_total).
+const (
+	OutcomeOK = iota
+	OutcomeErrorEnvelope
+	Outcome5xx
+	Outcome429
+	OutcomeTimeout
+	OutcomeConnection
+	OutcomeMalformed
+	OutcomeTooLarge
+	OutcomeBreakerOpen
+	OutcomeBudgetExhausted
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted"}
+
+// Codes are the envelope codes counted by requests_total; others count as "other".
+var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",
+	"50102", "50103", "50104", "50105", "50106", "50107", "50111", "50112", "50113", "50115", "other"}
+
+// Rejection reasons (client_rejections_total).
+const (
+	RejectAuth = iota
+	RejectRateLimit
+	numRejects
+)
+
+// Metrics holds every family. Create one per process (or per test) with New.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests        [][]prometheus.Counter // [route][code]
+	requestDuration []prometheus.Observer  // [route]
+	cacheResults    [][]prometheus.Counter // [route][result]
+	upstream        [][]prometheus.Counter // [route][outcome]
+	upstreamDur     []prometheus.Observer  // [route]
+	finalHeight     map[string]prometheus.Gauge
+	rejections      [numRejects]prometheus.Counter
+	codeIndex       map[string]int
+
+	Throttled      *prometheus.CounterVec // {source}: budget, upstream
+	BudgetRate     prometheus.Gauge
+	BreakerState   prometheus.Gauge
+	BatchUnmapped  prometheus.Counter
+	ConfigReloads  *prometheus.CounterVec // {result}: ok, error
+	SharedUp       prometheus.Gauge
+	SharedRequests *prometheus.CounterVec // {op,outcome}
+	SharedLockWait *prometheus.CounterVec // {outcome}
+}
+
+// CacheStats is read at scrape time for the cache gauges.
+type CacheStats interface {
+	Bytes() int64
+	Entries() int64
+	Evictions() int64
+	MaxBytes() int64
+}
+
+// New registers every family for the given routes and chains.
+func New(routes, chains []string, cs CacheStats) *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{Registry: reg, finalHeight: map[string]prometheus.Gauge{}, codeIndex: map[string]int{}}
+	for i, c := range Codes {
+		m.codeIndex[c] = i
+	}
+	labels := append(append([]string{}, routes...), "unknown")
+
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
+		Help: "Client requests answered, by route and envelope code."}, []string{"route", "code"})
+	// Hits take tens of microseconds, upstream calls up to seconds.
+	latency := []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	reqDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
+		Help: "Time from request read to response written, by route.", Buckets: latency}, []string{"route"})
+	results := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cache_results_total",
+		Help: "Cache lookups by route and result (hit, miss, stale, stale_error, collapsed, partial)."}, []string{"route", "result"})
+	up := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_requests_total",
+		Help: "Upstream calls (and calls refused before sending: breaker_open, budget_exhausted) by route and outcome."}, []string{"route", "outcome"})
+	upDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "upstream_duration_seconds",
+		Help: "Duration of one upstream attempt, by route.", Buckets: latency}, []string{"route"})
+	final := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height",
+		Help: "Highest block height seen with state done, by chain."}, []string{"chain"})
+	rej := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "client_rejections_total",
+		Help: "Client requests refused before the cache, by reason (auth, rate_limit)."}, []string{"reason"})
+	m.Throttled = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_throttled_total",
+		Help: "Times the upstream budget held a call back: source budget (our bucket was empty) or upstream (it answered 429/50011)."}, []string{"source"})
+	m.BudgetRate = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_budget_rate",
+		Help: "Upstream budget in requests per second (lowered after a 429 until the upstream recovers)."})
+	m.BreakerState = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breaker_state",
+		Help: "Upstream circuit breaker: 0 closed, 1 half-open, 2 open."})
+	m.BatchUnmapped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "batch_unmapped_total",
+		Help: "Batch answers with a record matching no hash asked; the request was then cached whole."})
+	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
+		Help: "Configuration reloads by result (ok, error)."}, []string{"result"})
+	m.SharedUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "shared_up",
+		Help: "1 when the shared tier (Redis) answers, 0 when the node goes on alone; absent in single-node mode."})
+	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
+		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
+	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
+		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
+
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)
+	}
+	reg.MustRegister(requests, reqDur, results, up, upDur, final, rej,
+		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads,
+		gauge("cache_bytes", "Bytes held by cache entries.", func() float64 { return float64(cs.Bytes()) }),
+		gauge("cache_entries", "Entries in the cache.", func() float64 { return float64(cs.Entries()) }),
+		gauge("cache_max_bytes", "Configured bound on cache bytes (cache.max_bytes).", func() float64 { return float64(cs.MaxBytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "cache_evictions_total",
+			Help: "Entries evicted for space or expired."}, func() float64 { return float64(cs.Evictions()) }),
+	)
+
+	for _, r := range labels {
+		codes := make([]prometheus.Counter, len(Codes))
+		for i, c := range Codes {
+			codes[i] = requests.WithLabelValues(r, c)
+		}
+		m.requests = append(m.requests, codes)
+		m.requestDuration = append(m.requestDuration, reqDur.WithLabelValues(r))
+		res := make([]prometheus.Counter, numResults)
+		for i, name := range resultNames {
+			res[i] = results.WithLabelValues(r, name)
+		}
+		m.cacheResults = append(m.cacheResults, res)
+		out := make([]prometheus.Counter, numOutcomes)
+		for i, name := range outcomeNames {
+			out[i] = up.WithLabelValues(r, name)
+		}
+		m.upstream = append(m.upstream, out)
+		m.upstreamDur = append(m.upstreamDur, upDur.WithLabelValues(r))
+	}
+	for _, c := range chains {
+		m.finalHeight[c] = final.WithLabelValues(c)
+	}
+	m.rejections[RejectAuth] = rej.WithLabelValues("auth")
+	m.rejections[RejectRateLimit] = rej.WithLabelValues("rate_limit")
+	for _, s := range []string{"budget", "upstream"} {
+		m.Throttled.WithLabelValues(s)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+	return m
+}
+
+// RegisterShared adds the shared-tier families (fleet mode only).
+func (m *Metrics) RegisterShared() {
+	m.Registry.MustRegister(m.SharedUp, m.SharedRequests, m.SharedLockWait)
+	for _, op := range []string{"get", "set", "lock", "rate"} {
+		for _, o := range []string{"ok", "miss", "error", "timeout"} {
+			m.SharedRequests.WithLabelValues(op, o)
+		}
+	}
+	for _, o := range []string{"filled", "timeout"} {
+		m.SharedLockWait.WithLabelValues(o)
+	}
+}
+
+// BudgetTokens registers the gauge of tokens left in the upstream bucket,
+// read at scrape time.
+func (m *Metrics) BudgetTokens(f func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_budget_tokens",
+		Help: "Tokens left in the upstream budget bucket."}, f))
+}
+
+// CodeIndex returns the requests_total label index of an envelope code.
+// Codes outside the fixed set count as "other".
+func (m *Metrics) CodeIndex(code string) int {
+	if i, ok := m.codeIndex[code]; ok {
+		return i
+	}
+	return len(Codes) - 1
+}
+
+// Request records one answered client request.
+func (m *Metrics) Request(route, code int, seconds float64) {
+	m.requests[route][code].Inc()
+	m.requestDuration[route].Observe(seconds)
+}
+
+// CacheResult records one cache outcome.
+func (m *Metrics) CacheResult(route, result int) { m.cacheResults[route][result].Inc() }
+
+// Upstream records one upstream attempt (seconds < 0: not sent).
+func (m *Metrics) Upstream(route, outcome int, seconds float64) {
+	m.upstream[route][outcome].Inc()
+	if seconds >= 0 {
+		m.upstreamDur[route].Observe(seconds)
+	}
+}
+
+// FinalHeight sets the finalized height of a configured chain.
+func (m *Metrics) FinalHeight(chain string, h int64) {
+	if g, ok := m.finalHeight[chain]; ok {
+		g.Set(float64(h))
+	}
+}
+
+// Reject records a refused client request.
+func (m *Metrics) Reject(reason int) { m.rejections[reason].Inc() }

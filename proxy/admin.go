@@ -1,0 +1,31 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// AdminHandler serves /metrics, /healthz and /readyz on the admin listener.
+func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
+	metricsHandler := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
+	return func(ctx *fasthttp.RequestCtx) {
+		switch string(ctx.Path()) {
+		case "/metrics":
+			metricsHandler(ctx)
+		case "/healthz":
+			ctx.SetContentType("text/plain")
+			ctx.SetBodyString("ok\n")
+		case "/readyz":
+			ok, why := p.Ready()
+			ctx.SetContentType("text/plain")
+			if !ok {
+				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			}
+			ctx.SetBodyString(why + "\n")
+		default:
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			ctx.SetBodyString("not found: /metrics, /healthz, /readyz\n")
+		}
+	}
+}

@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Error is every failure a client can see: an envelope of the explorer API
+// with its HTTP status (DESIGN.md section 1, Errors).
+type Error struct {
+	Status     int    // HTTP status for the client
+	Code       string // the explorer's code, e.g. "50036"
+	Msg        string // says which parameter and why
+	RetryAfter int    // seconds for Retry-After; 0 = none
+	Err        error  // cause, if any; never shown to the client
+	reason     string // upstream failures: why, for Cache-Status details
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s (%s): %v", e.Code, e.Msg, e.Err)
+	}
+	return e.Code + " (" + e.Msg + ")"
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func errMissing(p string) *Error {
+	return &Error{Status: 400, Code: "50014", Msg: "Parameter " + p + " cannot be empty"}
+}
+
+func errInvalid(p, why string) *Error {
+	return &Error{Status: 400, Code: "50036", Msg: "Parameter " + p + " error: " + why}
+}
+
+func errTooMany(p string, n int) *Error {
+	return &Error{Status: 400, Code: "50025", Msg: "Parameter " + p + " error: at most " + strconv.Itoa(n) + " hashes"}
+}
+
+var (
+	errNotFound = &Error{Status: 404, Code: "404", Msg: "Not found: the edge serves only the six /api/v5/chainx routes"}
+	errMethod   = &Error{Status: 405, Code: "50115", Msg: "Method not allowed: use GET or HEAD"}
+	errURL      = &Error{Status: 414, Code: "50036", Msg: "Request URI too long"}
+)
+
+// Upstream failure kinds: the outcome label and the client's envelope.
+var (
+	errUnreachable = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream unreachable", reason: "unreachable"}
+	errBreakerOpen = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream failing, circuit open", reason: "breaker-open"}
+	errBudget      = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream quota spent", RetryAfter: 1, reason: "quota"}
+	errThrottled   = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream rate limited", RetryAfter: 1, reason: "quota"}
+	errBadGateway  = &Error{Status: 502, Code: "50026", Msg: "Upstream error", reason: "upstream-error"}
+	errMalformed   = &Error{Status: 502, Code: "50026", Msg: "Upstream error: malformed answer", reason: "malformed"}
+	errTooLarge    = &Error{Status: 502, Code: "50026", Msg: "Upstream error: answer too large", reason: "too-large"}
+	errTimeout     = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", reason: "timeout"}
+)
+
+// with returns a copy of e carrying cause and, if > 0, a Retry-After.
+func (e *Error) with(cause error, retryAfter int) *Error {
+	c := *e
+	c.Err = cause
+	if retryAfter > 0 {
+		c.RetryAfter = retryAfter
+	}
+	return &c
+}
+
+// classifyTransport turns an error of the fasthttp client into the client's
+// envelope (Caddy's statusError is the model): a timeout is 504, a host that
+// cannot be reached is 503, a connection broken mid-answer or an oversized
+// answer is 502.
+func classifyTransport(err error) *Error {
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return errTimeout.with(err, 0)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return errTooLarge.with(err, 0)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, fasthttp.ErrNoFreeConns),
+		errors.As(err, &op) && op.Op == "dial":
+		return errUnreachable.with(err, 0)
+	}
+	return errBadGateway.with(err, 0)
+}
+
+// appendEnvelope writes {"code":..,"msg":..,"data":[]}.
+func appendEnvelope(dst []byte, code, msg string) []byte {
+	m, _ := json.Marshal(msg)
+	dst = append(dst, `{"code":"`...)
+	dst = append(dst, code...)
+	dst = append(dst, `","msg":`...)
+	dst = append(dst, m...)
+	return append(dst, `,"data":[]}`...)
+}

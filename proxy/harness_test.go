@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/cache"
+	"explorer-edge/config"
+	"explorer-edge/metrics"
+	"explorer-edge/signer"
+	"explorer-edge/sim"
+)
+
+// clock is a test clock shared by explorer-sim (chain time) and the edge
+// (cache time). It stands still unless moved, so answers are repeatable.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := &clock{}
+	c.ns.Store(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// recorder keeps the request targets explorer-sim received.
+type recorder struct {
+	mu      sync.Mutex
+	targets []string
+	headers []http.Header
+}
+
+func (r *recorder) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasPrefix(req.URL.Path, "/api/") {
+			r.mu.Lock()
+			r.targets = append(r.targets, req.RequestURI)
+			r.headers = append(r.headers, req.Header.Clone())
+			r.mu.Unlock()
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+func (r *recorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.targets...)
+}
+
+// harness is explorer-sim and the edge on free loopback ports.
+type harness struct {
+	t     testing.TB
+	sim   *sim.Server
+	rec   *recorder
+	clock *clock
+	p     *Proxy
+	cfg   config.Config
+	m     *metrics.Metrics
+	cache *cache.Cache
+	addr  string // edge
+	srv   *fasthttp.Server
+	hc    *fasthttp.Client
+}
+
+type harnessOpt func(*config.Config, *sim.Config)
+
+// newHarness starts explorer-sim (auth on, demo credentials, the test
+// clock) and an edge in front of it; both stop at the end of the test.
+func newHarness(t testing.TB, opts ...harnessOpt) *harness {
+	t.Helper()
+	h := &harness{t: t, rec: &recorder{}, clock: newClock()}
+	scfg := sim.Config{Auth: true, Credentials: sim.DemoCredentials(), Now: h.clock.Now}
+	cfg := config.Default()
+	cfg.Upstream.APIKey = sim.DemoAPIKey
+	cfg.Upstream.SecretKey = sim.DemoSecretKey
+	cfg.Upstream.Passphrase = sim.DemoPassphrase
+	cfg.Upstream.Rate = 10000
+	cfg.Upstream.Burst = 10000
+	cfg.Upstream.Timeout = 2 * time.Second
+	cfg.Upstream.RetryBackoff = 5 * time.Millisecond
+	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:1"
+	cfg.Cache.MaxBytes = 64 << 20
+	for _, o := range opts {
+		o(&cfg, &scfg)
+	}
+	h.sim = sim.New(scfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h.rec.wrap(h.sim.Handler())}
+	go hs.Serve(ln)
+	t.Cleanup(func() { h.sim.Close(); hs.Close() })
+	cfg.Upstream.BaseURL = "http://" + ln.Addr().String()
+	h.cfg = cfg
+	h.start()
+	return h
+}
+
+// start builds and serves an edge for h.cfg.
+func (h *harness) start() {
+	t := h.t
+	if err := h.cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cache = c
+	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
+	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	h.srv = h.p.NewServer(h.cfg.Server)
+	go h.srv.Serve(ln)
+	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
+	t.Cleanup(func() { h.srv.Shutdown(); c.Close() })
+}
+
+// resp is a response as a client saw it.
+type resp struct {
+	status int
+	header map[string]string
+	body   []byte
+}
+
+func (r resp) code() string {
+	var env struct {
+		Code string `json:"code"`
+	}
+	json.Unmarshal(r.body, &env)
+	return env.Code
+}
+
+// get sends GET target to the edge with optional header pairs.
+func (h *harness) get(target string, headers ...string) resp {
+	h.t.Helper()
+	return h.do(fasthttp.MethodGet, target, headers...)
+}
+
+func (h *harness) do(method, target string, headers ...string) resp {
+	h.t.Helper()
+	req := fasthttp.AcquireRequest()
+	res := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(res)
+	req.SetRequestURI("http://" + h.addr + target)
+	req.URI().DisablePathNormalizing = true
+	req.Header.SetMethod(method)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	if err := h.hc.DoTimeout(req, res, 10*time.Second); err != nil {
+		h.t.Fatalf("%s %s: %v", method, target, err)
+	}
+	r := resp{status: res.StatusCode(), header: map[string]string{}, body: bytes.Clone(res.Body())}
+	res.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	return r
+}
+
+// simGet asks explorer-sim directly, signed with the demo account.
+func (h *harness) simGet(target string) []byte {
+	h.t.Helper()
+	req, _ := http.NewRequest("GET", h.cfg.Upstream.BaseURL+target, nil)
+	ts := signer.Timestamp(time.Now())
+	req.Header.Set(signer.HeaderKey, sim.DemoAPIKey)
+	req.Header.Set(signer.HeaderPassphrase, sim.DemoPassphrase)
+	req.Header.Set(signer.HeaderTimestamp, ts)
+	req.Header.Set(signer.HeaderSign, signer.Sign(sim.DemoSecretKey, ts, "GET", target))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(res.Body)
+	return b.Bytes()
+}
+
+// upstreamCalls is the number of API requests explorer-sim received.
+func (h *harness) upstreamCalls() int64 { return h.sim.Stats().RequestsTotal }

@@ -1,0 +1,372 @@
+// Package proxy is explorer-edge's request path: the route table, parameter
+// checks and normalization, client admission, the cache lookup, merging of
+// identical misses, the upstream call and the response writer.
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/singleflight"
+
+	"explorer-edge/cache"
+	"explorer-edge/config"
+	"explorer-edge/metrics"
+	"explorer-edge/signer"
+)
+
+// settings are the parts of the configuration a reload may change. They are
+// swapped whole, so a request sees one consistent set.
+type settings struct {
+	cfg         config.Config
+	chains      []string // upper case
+	signer      *signer.Signer
+	ttl         [numRoutes]cache.TTLs
+	routePolicy bool // cache.policy "route": one TTL per route
+	auth        *admission
+}
+
+// Proxy serves the six routes. Create it with New.
+type Proxy struct {
+	settings atomic.Pointer[settings]
+	cache    *cache.Cache
+	metrics  *metrics.Metrics
+	log      *slog.Logger
+	up       *upstream
+	flight   singleflight.Group
+	batch    *batcher
+	tier     Tier // second cache tier and fleet coordination; nil on a single node
+	final    map[string]*atomic.Int64
+	queries  sync.Pool
+	// now is the clock of cache decisions; tests move it. nil = time.Now.
+	now      func() time.Time
+	draining atomic.Bool
+}
+
+// Options are the collaborators of a Proxy beside its configuration.
+type Options struct {
+	Cache   *cache.Cache     // required
+	Metrics *metrics.Metrics // required
+	Logger  *slog.Logger     // nil = discard
+	Now     func() time.Time // nil = time.Now
+	Tier    Tier             // nil = single node
+}
+
+// New builds a proxy from a validated configuration.
+func New(cfg config.Config, o Options) (*Proxy, error) {
+	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tier: o.Tier,
+		final: map[string]*atomic.Int64{}}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	s, err := newSettings(cfg, o.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range s.chains {
+		p.final[c] = new(atomic.Int64)
+	}
+	p.settings.Store(s)
+	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Tier); err != nil {
+		return nil, err
+	}
+	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
+	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
+	return p, nil
+}
+
+func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
+	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route"}
+	for _, c := range cfg.Chains {
+		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
+	}
+	s.signer = signer.New(signer.Credentials{APIKey: cfg.Upstream.APIKey, SecretKey: cfg.Upstream.SecretKey, Passphrase: cfg.Upstream.Passphrase})
+	for i := range routes {
+		s.ttl[i] = cfg.Cache.TTL[routes[i].name]
+	}
+	var err error
+	s.auth, err = newAdmission(cfg.Auth, m)
+	return s, err
+}
+
+// Reload applies a new validated configuration: credentials, clients, TTLs
+// and rates. Listeners, chains and the cache size need a restart.
+func (p *Proxy) Reload(cfg config.Config) error {
+	old := p.settings.Load()
+	var errs []error
+	if !slicesEqualFold(old.cfg.Chains, cfg.Chains) {
+		errs = append(errs, errors.New("chains cannot change on reload; restart"))
+	}
+	if old.cfg.Listen != cfg.Listen || old.cfg.AdminListen != cfg.AdminListen {
+		errs = append(errs, errors.New("listen and admin_listen cannot change on reload; restart"))
+	}
+	if old.cfg.Cache.MaxBytes != cfg.Cache.MaxBytes || old.cfg.Shared != cfg.Shared {
+		errs = append(errs, errors.New("cache.max_bytes and shared cannot change on reload; restart"))
+	}
+	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL {
+		errs = append(errs, errors.New("upstream.base_url cannot change on reload; restart"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	s, err := newSettings(cfg, p.metrics)
+	if err != nil {
+		return err
+	}
+	s.auth.inherit(old.auth)
+	p.up.reconfigure(cfg.Upstream)
+	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
+	p.settings.Store(s)
+	return nil
+}
+
+func slicesEqualFold(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !strings.EqualFold(strings.TrimSpace(a[i]), strings.TrimSpace(b[i])) {
+			return false
+		}
+	}
+	return true
+}
+
+// SetDraining makes /readyz say not ready while the server drains.
+func (p *Proxy) SetDraining(v bool) { p.draining.Store(v) }
+
+// Ready reports whether the edge can answer: not draining, and the upstream
+// breaker not open (an open breaker still serves cached keys, but a load
+// balancer should prefer a node that can also fetch).
+func (p *Proxy) Ready() (bool, string) {
+	if p.draining.Load() {
+		return false, "draining"
+	}
+	if p.up.breakerOpen() && p.cache.Entries() == 0 {
+		return false, "upstream breaker open and nothing cached"
+	}
+	return true, "ok"
+}
+
+func (p *Proxy) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
+}
+
+// Handle is the fasthttp handler of the public listener. A request reads top
+// to bottom: route, admission, parameters, cache, flight, fetch.
+func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	r := routeByPath(ctx.Path())
+	if r == nil {
+		p.fail(ctx, routeUnknown, start, errNotFound)
+		return
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		p.fail(ctx, r.id, start, errMethod)
+		return
+	}
+	s := p.settings.Load()
+	if len(ctx.Request.Header.RequestURI()) > s.cfg.Server.MaxURLBytes {
+		p.fail(ctx, r.id, start, errURL)
+		return
+	}
+	// Auth comes before the cache: a cached answer is never given to a
+	// caller that could not have fetched it.
+	if err := s.auth.admit(ctx, start); err != nil {
+		p.fail(ctx, r.id, start, err)
+		return
+	}
+	q := p.queries.Get().(*query)
+	defer p.queries.Put(q)
+	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
+		p.fail(ctx, r.id, start, err)
+		return
+	}
+	p.serve(ctx, s, q, start)
+}
+
+// serve answers a valid request from cache or upstream.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
+	now := start
+	if p.now != nil {
+		now = p.now()
+	}
+	e := p.cache.Get(q.key)
+	switch e.StateAt(now.UnixNano()) {
+	case cache.Fresh:
+		p.writeEntry(ctx, q, e, now, statusHit)
+		p.done(q.route.id, metrics.ResultHit, 0, start)
+		return
+	case cache.Stale:
+		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
+		p.done(q.route.id, metrics.ResultStale, 0, start)
+		p.refresh(s, q)
+		return
+	}
+	if q.route.perHash {
+		p.serveBatch(ctx, s, q, e, start, now)
+		return
+	}
+	key := string(q.key)
+	a, leader, err := p.load(s, q.route, key, e != nil, false)
+	p.answer(ctx, q, e, a, leader, err, start)
+}
+
+// answer writes the outcome of a load: the fetched entry, a passed-through
+// upstream envelope, a stale copy standing in for a failure, or the error.
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
+	id := q.route.id
+	now := p.clock()
+	if err != nil {
+		if old.UsableOnError(now.UnixNano()) {
+			p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
+			p.done(id, metrics.ResultStaleError, 0, start)
+			return
+		}
+		p.fail(ctx, id, start, err)
+		return
+	}
+	result := metrics.ResultMiss
+	st := statusMiss
+	if !leader {
+		result, st = metrics.ResultCollapsed, statusCollapsed
+	} else if a.shared {
+		result, st = metrics.ResultHit, statusSharedHit
+	}
+	if a.entry != nil {
+		if !a.stored && st == statusMiss {
+			st = statusMissNotStored
+		}
+		p.writeEntry(ctx, q, a.entry, now, st)
+		p.done(id, result, 0, start)
+		return
+	}
+	// An upstream envelope with a code other than "0": passed through as it
+	// came, never cached.
+	ctx.SetStatusCode(a.status)
+	ctx.Response.Header.SetContentTypeBytes(ctJSON)
+	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
+	ctx.Response.Header.SetCanonical(hdrCacheStatus, csMissUncacheable)
+	ctx.Response.SetBodyRaw(a.body)
+	p.metrics.CacheResult(int(id), result)
+	p.metrics.Request(int(id), p.metrics.CodeIndex(a.code), time.Since(start).Seconds())
+}
+
+// done records a request answered with an envelope of code "0".
+func (p *Proxy) done(id routeID, result int, _ int, start time.Time) {
+	p.metrics.CacheResult(int(id), result)
+	p.metrics.Request(int(id), 0, time.Since(start).Seconds())
+}
+
+// answer is the outcome of one upstream fetch, shared by every request the
+// flight merged.
+type answer struct {
+	entry  *cache.Entry // a success (code "0")
+	stored bool         // entry was cached
+	shared bool         // entry came from the shared tier, not the upstream
+	status int          // pass-through: upstream status, code and body
+	code   string
+	body   []byte
+}
+
+// load fetches key through the flight: concurrent identical misses share
+// one upstream call. leader tells whether this caller's fetch ran.
+func (p *Proxy) load(s *settings, r *route, key string, haveStale, background bool) (a *answer, leader bool, err error) {
+	ch := p.flight.DoChan(key, func() (any, error) {
+		leader = true
+		return p.fill(s, r, key, haveStale, background)
+	})
+	// DoChan runs the fetch in its own goroutine: a caller that goes away
+	// does not cancel the leader's fetch, which still fills the cache.
+	res := <-ch
+	if res.Err != nil {
+		return nil, leader, res.Err
+	}
+	return res.Val.(*answer), leader, nil
+}
+
+// fill runs once per flight.
+func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bool) (*answer, error) {
+	// Check again inside the flight: a flight that ended just before this
+	// one began has already stored the answer (groupcache's load does the same).
+	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+		return &answer{entry: e, stored: true}, nil
+	}
+	if p.tier != nil {
+		if e := p.tier.Get(key, p.clock()); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+			p.cache.Set(e, p.clock())
+			return &answer{entry: e, stored: true, shared: true}, nil
+		}
+		unlock, e := p.tier.Lock(key, p.clock)
+		defer unlock()
+		if e != nil { // another node fetched it while we waited
+			p.cache.Set(e, p.clock())
+			return &answer{entry: e, stored: true, shared: true}, nil
+		}
+	}
+	status, body, err := p.up.fetch(s, r, key, haveStale, background)
+	if err != nil {
+		return nil, err
+	}
+	return p.store(s, r, key, status, body)
+}
+
+// store turns an upstream answer into an entry and caches it if its code is "0".
+func (p *Proxy) store(s *settings, r *route, key string, status int, body []byte) (*answer, error) {
+	code, err := envelopeCode(body)
+	if err != nil {
+		p.metrics.Upstream(int(r.id), metrics.OutcomeMalformed, -1)
+		return nil, errMalformed.with(err, 0)
+	}
+	if code != "0" || status != fasthttp.StatusOK {
+		return &answer{status: status, code: code, body: body}, nil
+	}
+	var q query // classification needs the parsed parameters of key
+	q.parseKey(r, key)
+	now := p.clock()
+	class := r.classify(p, &q, body)
+	e := cache.NewEntry(key, body, class, now, p.ttlFor(s, r, class), s.cfg.Cache.StaleWhileRevalidate, s.cfg.Cache.StaleIfError)
+	p.cache.Set(e, now)
+	if p.tier != nil {
+		p.tier.Set(e, now)
+	}
+	return &answer{entry: e, stored: true}, nil
+}
+
+// ttlFor is the fresh time of an answer of class c on route r.
+func (p *Proxy) ttlFor(s *settings, r *route, c cache.Class) time.Duration {
+	if s.routePolicy {
+		return s.ttl[r.id].Shortest()
+	}
+	return s.ttl[r.id].For(c)
+}
+
+// refresh fetches a stale key in the background, once however many requests
+// see it stale (the flight merges them; fill's recheck stops a refresh that
+// comes after another one finished). A failed refresh leaves the entry be.
+func (p *Proxy) refresh(s *settings, q *query) {
+	key := string(q.key)
+	r := q.route
+	go func() {
+		if _, _, err := p.load(s, r, key, true, true); err != nil {
+			p.log.Debug("background refresh failed", "route", r.name, "err", err)
+		}
+	}()
+}
+
+// jitter returns a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
+}

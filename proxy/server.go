@@ -1,0 +1,31 @@
+package proxy
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+)
+
+// NewServer is the public fasthttp server with the hardening of
+// server.*: timeouts that cut off slow clients, bounded headers and
+// connections, no request bodies (every route is a GET).
+func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:            p.Handle,
+		Name:               "explorer-edge",
+		ReadTimeout:        cfg.ReadTimeout,
+		WriteTimeout:       cfg.WriteTimeout,
+		IdleTimeout:        cfg.IdleTimeout,
+		ReadBufferSize:     cfg.MaxHeaderBytes, // bounds request line + headers
+		WriteBufferSize:    32 << 10,           // one write per typical answer
+		MaxRequestBodySize: 4 << 10,
+		Concurrency:        cfg.MaxConns,
+		ReduceMemoryUsage:  false,
+		// Case of header names is kept as the edge sets them; saves work
+		// on every request.
+		DisableHeaderNamesNormalizing: false,
+		NoDefaultContentType:          true,
+		CloseOnShutdown:               true,
+		TCPKeepalive:                  true,
+	}
+}

@@ -1,0 +1,25 @@
+package proxy
+
+import (
+	"time"
+
+	"explorer-edge/cache"
+)
+
+// Tier is the shared second cache tier of fleet mode (DESIGN.md section 6).
+// The proxy declares it here, beside its only user; cache.Redis implements
+// it. Every method goes on without Redis when it is slow or down: Get
+// misses, Set drops, Lock lets the caller fetch, Budget falls back to a
+// local share.
+type Tier interface {
+	// Get returns a usable entry for key, or nil.
+	Get(key string, now time.Time) *cache.Entry
+	// Set stores e with its remaining fresh and stale windows.
+	Set(e *cache.Entry, now time.Time)
+	// Lock takes the fleet-wide fetch lock of key. When another node holds
+	// it, Lock waits (bounded) for that node's answer and returns it as
+	// filled. unlock is never nil.
+	Lock(key string, now func() time.Time) (unlock func(), filled *cache.Entry)
+	// Budget is the fleet's shared upstream budget.
+	Budget() Budget
+}

@@ -1,0 +1,289 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+	"explorer-edge/metrics"
+	"explorer-edge/signer"
+)
+
+// upstream calls the explorer API: one fasthttp host client with bounded
+// connections, every request re-signed, drawn from the budget, guarded by a
+// circuit breaker and retried with jittered backoff.
+type upstream struct {
+	hc      *fasthttp.HostClient
+	prefix  string // path prefix of base_url
+	host    string
+	cfg     atomic.Pointer[config.Upstream]
+	budget  Budget
+	breaker *gobreaker.CircuitBreaker[struct{}]
+	m       *metrics.Metrics
+	log     *slog.Logger
+	// blockedUntil (unix ns) honours the upstream's Retry-After: no call
+	// leaves before it.
+	blockedUntil atomic.Int64
+	rate         atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+}
+
+func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, tier Tier) (*upstream, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream.base_url: %w", err)
+	}
+	addr := u.Host
+	tls := u.Scheme == "https"
+	if u.Port() == "" {
+		if tls {
+			addr += ":443"
+		} else {
+			addr += ":80"
+		}
+	}
+	up := &upstream{
+		prefix: stringsTrimRightSlash(u.Path),
+		host:   u.Host,
+		m:      m,
+		log:    log,
+		hc: &fasthttp.HostClient{
+			Addr:                addr,
+			IsTLS:               tls,
+			MaxConns:            cfg.MaxConns,
+			MaxResponseBodySize: cfg.MaxResponseBytes,
+			MaxIdleConnDuration: 30 * time.Second,
+			// A stale keep-alive connection closed by the upstream is
+			// retried once by fasthttp on a fresh one (GET is idempotent).
+			MaxIdemponentCallAttempts: 2,
+			NoDefaultUserAgentHeader:  true,
+			DisablePathNormalizing:    true, // sign and send the exact path
+		},
+	}
+	up.cfg.Store(&cfg)
+	up.rate.Store(math.Float64bits(cfg.Rate))
+	if tier != nil && tier.Budget() != nil {
+		up.budget = tier.Budget()
+	} else {
+		up.budget = newLocalBudget(cfg.Rate, cfg.Burst)
+	}
+	m.BudgetRate.Set(cfg.Rate)
+	m.BudgetTokens(up.budget.Tokens)
+	up.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "upstream",
+		MaxRequests: 1, // one probe while half-open
+		Timeout:     cfg.BreakerOpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
+		// Only the upstream's own failures trip the breaker; an answer
+		// with an error envelope, or a call our budget held back, is not
+		// the upstream failing.
+		IsSuccessful: func(err error) bool {
+			var e *Error
+			return err == nil || (errors.As(err, &e) && (e == errBudget || e.reason == "quota"))
+		},
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			m.BreakerState.Set(float64(to))
+			log.Warn("upstream breaker", "from", from.String(), "to", to.String())
+		},
+	})
+	return up, nil
+}
+
+func stringsTrimRightSlash(s string) string {
+	for len(s) > 0 && s[len(s)-1] == '/' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// reconfigure applies reloaded rates and timeouts.
+func (u *upstream) reconfigure(cfg config.Upstream) {
+	u.cfg.Store(&cfg)
+	u.rate.Store(math.Float64bits(cfg.Rate))
+	u.budget.SetRate(cfg.Rate, cfg.Burst)
+	u.m.BudgetRate.Set(cfg.Rate)
+}
+
+func (u *upstream) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
+
+// fetch gets target (a canonical key: path and query) from the upstream.
+// It returns the upstream's status and a copy of its body, or an *Error.
+// haveStale and background callers never wait for the budget: the former
+// have a copy to serve, the latter yield to client misses.
+func (u *upstream) fetch(s *settings, r *route, target string, haveStale, background bool) (int, []byte, error) {
+	cfg := u.cfg.Load()
+	deadline := time.Now().Add(cfg.RetryMaxTime)
+	for attempt := 0; ; attempt++ {
+		if err := u.take(r, cfg, haveStale, background); err != nil {
+			return 0, nil, err
+		}
+		var status int
+		var body []byte
+		_, err := u.breaker.Execute(func() (struct{}, error) {
+			var err error
+			status, body, err = u.call(s, r, target, min(cfg.Timeout, time.Until(deadline)))
+			return struct{}{}, err
+		})
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
+			return 0, nil, errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
+		}
+		if err == nil {
+			return status, body, nil
+		}
+		var e *Error
+		retryable := errors.As(err, &e) && (e.Status == 502 || e.Status == 504 || e == errUnreachable || e.reason == "unreachable")
+		if !retryable || attempt >= cfg.Retries {
+			return 0, nil, err
+		}
+		backoff := jitter(cfg.RetryBackoff << attempt)
+		if time.Now().Add(backoff).After(deadline) {
+			return 0, nil, err
+		}
+		u.log.Debug("upstream retry", "route", r.name, "attempt", attempt+1, "backoff", backoff, "err", err)
+		time.Sleep(backoff)
+	}
+}
+
+// take draws one token for an attempt, or says why it may not go.
+func (u *upstream) take(r *route, cfg *config.Upstream, haveStale, background bool) error {
+	now := time.Now()
+	if until := u.blockedUntil.Load(); now.UnixNano() < until {
+		u.m.Throttled.WithLabelValues("upstream").Inc()
+		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		return errThrottled.with(nil, ceilSeconds(time.Duration(until-now.UnixNano())))
+	}
+	wait := cfg.BudgetWait
+	if haveStale || background {
+		wait = 0
+	}
+	ok, retry := u.budget.Take(wait, background)
+	if !ok {
+		u.m.Throttled.WithLabelValues("budget").Inc()
+		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		return errBudget.with(nil, ceilSeconds(retry))
+	}
+	return nil
+}
+
+func ceilSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.HeaderSign), []byte(signer.HeaderPassphrase), []byte(signer.HeaderTimestamp)
+
+// call makes one signed attempt. Nothing of the client's request is used
+// but the canonical target: no header of the client is ever forwarded.
+func (u *upstream) call(s *settings, r *route, target string, timeout time.Duration) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+
+	path := u.prefix + target
+	req.SetRequestURI(path)
+	req.Header.SetHost(u.host)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	creds := s.signer.Credentials()
+	var buf [96]byte
+	ts := signer.AppendTimestamp(buf[:0], time.Now())
+	req.Header.SetCanonical(hdrTS, ts)
+	req.Header.SetCanonical(hdrSign, s.signer.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
+	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
+	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
+
+	start := time.Now()
+	err := u.hc.DoTimeout(req, resp, timeout)
+	took := time.Since(start)
+	if err != nil {
+		e := classifyTransport(err)
+		outcome := metrics.OutcomeConnection
+		switch e.reason {
+		case "timeout":
+			outcome = metrics.OutcomeTimeout
+		case "too-large":
+			outcome = metrics.OutcomeTooLarge
+		}
+		u.m.Upstream(int(r.id), outcome, took.Seconds())
+		u.log.Warn("upstream call", "route", r.name, "outcome", e.reason, "ms", took.Milliseconds(), "err", err.Error())
+		return 0, nil, e
+	}
+	status := resp.StatusCode()
+	body, err := resp.BodyUncompressed()
+	if err != nil {
+		u.m.Upstream(int(r.id), metrics.OutcomeMalformed, took.Seconds())
+		return 0, nil, errMalformed.with(err, 0)
+	}
+	body = bytes.Clone(body) // resp is reused by fasthttp after release
+	code, _ := envelopeCode(body)
+	outcome, result := metrics.OutcomeOK, error(nil)
+	switch {
+	case status == fasthttp.StatusTooManyRequests || code == "50011":
+		outcome = metrics.Outcome429
+		retry := u.throttled(resp.Header.Peek("Retry-After"))
+		result = errThrottled.with(fmt.Errorf("upstream answered %d code %q", status, code), ceilSeconds(retry))
+	case status >= 500:
+		outcome = metrics.Outcome5xx
+		result = errBadGateway.with(fmt.Errorf("upstream answered %d", status), 0)
+	case code == "":
+		outcome = metrics.OutcomeMalformed
+		result = errMalformed.with(fmt.Errorf("upstream answered %d without an envelope", status), 0)
+	case code != "0":
+		outcome = metrics.OutcomeErrorEnvelope
+	default:
+		u.recovered()
+	}
+	u.m.Upstream(int(r.id), outcome, took.Seconds())
+	u.log.Info("upstream call", "route", r.name, "status", status, "code", code, "ms", took.Milliseconds(), "bytes", len(body))
+	if result != nil {
+		return 0, nil, result
+	}
+	return status, body, nil
+}
+
+// throttled honours a 429: no call before Retry-After (default 1 s), and
+// the budget rate halves (down to 1/16 of the configured rate) until
+// successes bring it back.
+func (u *upstream) throttled(retryAfter []byte) time.Duration {
+	d := time.Second
+	if n, err := strconv.Atoi(string(bytes.TrimSpace(retryAfter))); err == nil && n > 0 {
+		d = time.Duration(n) * time.Second
+	} else if t, err := time.Parse(time.RFC1123, string(retryAfter)); err == nil && time.Until(t) > 0 {
+		d = time.Until(t)
+	}
+	until := time.Now().Add(d).UnixNano()
+	for {
+		cur := u.blockedUntil.Load()
+		if cur >= until || u.blockedUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	cfg := u.cfg.Load()
+	rate := max(math.Float64frombits(u.rate.Load())/2, cfg.Rate/16)
+	u.setRate(rate, cfg.Burst)
+	u.m.Throttled.WithLabelValues("upstream").Inc()
+	return d
+}
+
+// recovered raises a lowered budget rate by a quarter per success.
+func (u *upstream) recovered() {
+	cfg := u.cfg.Load()
+	if cur := math.Float64frombits(u.rate.Load()); cur < cfg.Rate {
+		u.setRate(min(cfg.Rate, cur*1.25), cfg.Burst)
+	}
+}
+
+func (u *upstream) setRate(rate float64, burst int) {
+	u.rate.Store(math.Float64bits(rate))
+	u.budget.SetRate(rate, burst)
+	u.m.BudgetRate.Set(rate)
+}
