@@ -201,7 +201,7 @@ func Parse(yamlText []byte) (Config, error) {
 
 type rawBytes []byte
 
-func (b rawBytes) ReadBytes() ([]byte, error)  { return b, nil }
+func (b rawBytes) ReadBytes() ([]byte, error)    { return b, nil }
 func (b rawBytes) Read() (map[string]any, error) { return nil, errors.New("not supported") }
 
 func decode(k *koanf.Koanf) (Config, error) {

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-
 	"explorer-edge/cache"
 )
 
@@ -171,4 +170,3 @@ func (id routeID) String() string {
 	}
 	return "unknown"
 }
-

@@ -141,4 +141,3 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 		p.log.Warn("request failed", "route", id.String(), "status", e.Status, "code", e.Code, "err", e.Error())
 	}
 }
-
