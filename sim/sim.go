@@ -83,6 +83,7 @@ type Server struct {
 	wg     sync.WaitGroup
 	srv    *http.Server
 	ln     net.Listener
+	served chan struct{} // closed when Serve has returned
 }
 
 // New returns a Server for cfg with defaults filled in. It does not listen;
@@ -151,9 +152,12 @@ func Listen(cfg Config, addr string) (*Server, error) {
 	s.srv = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.served = make(chan struct{})
 	go func() {
+		defer close(s.served)
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serve", "err", err)
 		}
@@ -186,6 +190,7 @@ func (s *Server) Close() error {
 	var err error
 	if s.srv != nil {
 		err = s.srv.Close()
+		<-s.served
 	}
 	s.wg.Wait()
 	return err

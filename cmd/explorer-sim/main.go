@@ -47,7 +47,8 @@ func run(args []string) error {
 	fs.Float64Var(&f.HTTP500, "fault-500", 0, "fraction of answers that are HTTP 500")
 	fs.Float64Var(&f.HTTP429, "fault-429", 0, "fraction of answers that are HTTP 429 with Retry-After")
 	fs.IntVar(&f.RetryAfter, "fault-retry-after", 1, "Retry-After seconds of injected 429s")
-	fs.Float64Var(&f.Envelope, "fault-envelope", 0, "fraction of answers that are a 200 error envelope (code 50026)")
+	fs.Float64Var(&f.Envelope, "fault-envelope", 0, "fraction of answers that are a 200 error envelope")
+	fs.StringVar(&f.EnvelopeCode, "fault-envelope-code", "50026", "code of injected error envelopes")
 	fs.Float64Var(&f.Hang, "fault-hang", 0, "fraction of requests never answered")
 	fs.Float64Var(&f.Drop, "fault-drop", 0, "fraction of connections dropped without an answer")
 	fs.Float64Var(&f.Malformed, "fault-malformed", 0, "fraction of answers whose body is not JSON")
@@ -91,7 +92,7 @@ func run(args []string) error {
 	} else {
 		fmt.Printf("account: api key %s (secret key and passphrase as given)\n", creds.APIKey)
 	}
-	if f != (sim.Faults{RetryAfter: 1}) {
+	if f != (sim.Faults{RetryAfter: 1, EnvelopeCode: "50026"}) {
 		js, _ := json.Marshal(s.Faults())
 		fmt.Printf("faults: %s\n", js)
 	}
