@@ -91,7 +91,7 @@ func TestFaultKinds(t *testing.T) {
 // hanging ends when the server closes.
 func TestFaultHang(t *testing.T) {
 	hanging := make(chan struct{}, 2)
-	s, err := Start(Config{Faults: Faults{Hang: 1}, onHang: func() { hanging <- struct{}{} }})
+	s, err := Start(Config{Faults: Faults{Hang: 1}, onWait: func() { hanging <- struct{}{} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +114,26 @@ func TestFaultHang(t *testing.T) {
 	}
 	if err := <-done; err == nil {
 		t.Error("request hanging at Close got an answer")
+	}
+}
+
+// TestCloseDuringLatency: a request delayed when the server closes gets no
+// answer (never an empty 200).
+func TestCloseDuringLatency(t *testing.T) {
+	waiting := make(chan struct{}, 1)
+	s, err := Start(Config{Faults: Faults{Latency: time.Hour}, onWait: func() { waiting <- struct{}{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, _, err := fetch(client(t, 0), s.URL()+blocksQ)
+		done <- err
+	}()
+	<-waiting
+	s.Close()
+	if err := <-done; err == nil {
+		t.Error("request delayed at Close got an answer")
 	}
 }
 

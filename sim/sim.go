@@ -59,7 +59,7 @@ type Config struct {
 	Faults        Faults             // initial faults
 	Logger        *slog.Logger       // nil discards
 
-	onHang func() // test hook: a request starts hanging
+	onWait func() // test hook: a request starts waiting (latency or hang)
 }
 
 // Server is a simulated explorer. It is safe for concurrent use.
@@ -251,6 +251,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 	kind := faultNone
 	if f.Route == "" || f.Route == rt.name {
 		if !s.delay(r.Context(), f) {
+			abort(w) // the client left or the server is closing: no answer at all
 			return
 		}
 		kind = f.pick()
@@ -267,15 +268,12 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		writeJSON(w, http.StatusOK, envelope(f.EnvelopeCode, "injected error envelope"))
 		return
 	case faultHang:
-		if s.cfg.onHang != nil {
-			s.cfg.onHang()
-		}
+		s.waiting()
 		select {
 		case <-r.Context().Done():
-			return
 		case <-s.done:
-			abort(w)
 		}
+		abort(w) // never an empty 200 when the handler returns
 		return
 	case faultDrop:
 		abort(w)
@@ -321,6 +319,7 @@ func (s *Server) delay(ctx context.Context, f Faults) bool {
 	if d <= 0 {
 		return true
 	}
+	s.waiting()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -330,6 +329,12 @@ func (s *Server) delay(ctx context.Context, f Faults) bool {
 		return false
 	case <-s.done:
 		return false
+	}
+}
+
+func (s *Server) waiting() {
+	if s.cfg.onWait != nil {
+		s.cfg.onWait()
 	}
 }
 
