@@ -78,6 +78,13 @@ type harnessOpt func(*config.Config, *sim.Config)
 // clock) and an edge in front of it; both stop at the end of the test.
 func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newHarnessWrapped(t, nil, opts...)
+}
+
+// newHarnessWrapped is newHarness with wrap around explorer-sim's handler,
+// for tests that need an upstream misbehaving in ways the sim does not.
+func newHarnessWrapped(t testing.TB, wrap func(http.Handler) http.Handler, opts ...harnessOpt) *harness {
+	t.Helper()
 	h := &harness{t: t, rec: &recorder{}, clock: newClock()}
 	scfg := sim.Config{Auth: true, Credentials: sim.DemoCredentials(), Now: h.clock.Now}
 	cfg := config.Default()
@@ -98,7 +105,11 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: h.rec.wrap(h.sim.Handler())}
+	handler := h.sim.Handler()
+	if wrap != nil {
+		handler = wrap(handler)
+	}
+	hs := &http.Server{Handler: h.rec.wrap(handler)}
 	go hs.Serve(ln)
 	t.Cleanup(func() { h.sim.Close(); hs.Close() })
 	cfg.Upstream.BaseURL = "http://" + ln.Addr().String()

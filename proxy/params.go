@@ -87,8 +87,8 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 	q.key = k
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
-	if r.window > 0 && limit > 0 && page*limit > int64(r.window) {
-		return errInvalid("page", "page*limit beyond the reachable 10000 rows")
+	if r.window > 0 && limit > 0 && (page-1)*limit >= int64(r.window) {
+		return errInvalid("page", "page starts beyond the reachable 10000 rows")
 	}
 	return nil
 }
