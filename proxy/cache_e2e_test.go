@@ -266,7 +266,7 @@ func TestPerHashBatches(t *testing.T) {
 			t.Fatalf("unknown hash not negatively cached: %s, %d calls", r.body, h.upstreamCalls())
 		}
 		h.clock.Advance(6 * time.Second) // past the 5 s negative TTL
-		h.get(fills(unknown))                // stale now: served, refreshed once in the background
+		h.get(fills(unknown))            // stale now: served, refreshed once in the background
 		waitFor(t, "the negative entry to be refetched", func() bool { return h.upstreamCalls() == 1 })
 	})
 }
@@ -329,7 +329,6 @@ type bufferedWriter struct {
 func (b *bufferedWriter) Header() http.Header         { return b.header }
 func (b *bufferedWriter) WriteHeader(s int)           { b.status = s }
 func (b *bufferedWriter) Write(p []byte) (int, error) { return b.buf.Write(p) }
-
 
 // counterValue reads one unlabelled metric from the harness's registry.
 func counterValue(t testing.TB, h *harness, name string) float64 {
