@@ -112,13 +112,9 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) *Error {
 		a.m.Reject(metrics.RejectAuth)
 		return err
 	}
-	if c.limiter != nil {
-		if r := c.limiter.ReserveN(now, 1); !r.OK() || r.DelayFrom(now) > 0 {
-			wait := r.DelayFrom(now)
-			r.CancelAt(now)
-			a.m.Reject(metrics.RejectRateLimit)
-			return errClientLimited.with(nil, ceilSeconds(wait))
-		}
+	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
+		a.m.Reject(metrics.RejectRateLimit)
+		return errClientLimited.with(nil, ceilSeconds(untilToken(c.limiter, now)))
 	}
 	return nil
 }
@@ -232,12 +228,19 @@ func (l *ipLimiters) allow(ip net.IP, r rate.Limit, burst int, now time.Time) (b
 	e.seen = now
 	e.l.SetLimitAt(now, r)
 	e.l.SetBurstAt(now, burst)
-	res := e.l.ReserveN(now, 1)
-	if d := res.DelayFrom(now); !res.OK() || d > 0 {
-		res.CancelAt(now)
-		return false, d
+	if !e.l.AllowN(now, 1) {
+		return false, untilToken(e.l, now)
 	}
 	return true, 0
+}
+
+// untilToken is how long until l holds a whole token.
+func untilToken(l *rate.Limiter, now time.Time) time.Duration {
+	missing := 1 - l.TokensAt(now)
+	if missing <= 0 || l.Limit() <= 0 {
+		return time.Second
+	}
+	return time.Duration(missing / float64(l.Limit()) * float64(time.Second))
 }
 
 // sweep drops buckets idle long enough to be full again.

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -25,23 +26,21 @@ func newLocalBudget(perSecond float64, burst int) *localBudget {
 
 func (b *localBudget) Take(wait time.Duration, background bool) (bool, time.Duration) {
 	now := time.Now()
-	if background {
-		if b.l.TokensAt(now) < max(1, float64(b.l.Burst())/4) {
-			return false, time.Second
-		}
-		return b.l.AllowN(now, 1), 0
-	}
-	r := b.l.ReserveN(now, 1)
-	if !r.OK() {
+	if background && b.l.TokensAt(now) < max(1, float64(b.l.Burst())/4) {
 		return false, time.Second
 	}
-	d := r.DelayFrom(now)
-	if d > wait {
-		r.CancelAt(now)
-		return false, d
+	if wait <= 0 || background {
+		if b.l.AllowN(now, 1) {
+			return true, 0
+		}
+		return false, untilToken(b.l, now)
 	}
-	if d > 0 {
-		time.Sleep(d)
+	// Wait reserves only a token due within the deadline; otherwise it
+	// takes nothing. (Reserve-then-cancel can hand out more than the rate.)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := b.l.Wait(ctx); err != nil {
+		return false, untilToken(b.l, time.Now())
 	}
 	return true, 0
 }
