@@ -121,6 +121,10 @@ type Shared struct {
 	LockTTL       time.Duration `koanf:"lock_ttl"`  // fetch lock lifetime; a dead holder's lock expires after it
 	LockWait      time.Duration `koanf:"lock_wait"` // how long other nodes wait for the holder's answer
 	Prefix        string        `koanf:"prefix"`    // key prefix, to share one Redis between deployments
+	// LocalShare is the fraction of upstream.rate (and burst) one node may
+	// spend on its own while Redis is down, 0 < x <= 1. The default, 0.34,
+	// keeps a fleet of three within the quota; set about 1/N for N nodes.
+	LocalShare float64 `koanf:"local_share"`
 }
 
 // Default is the configuration before any file or environment.
@@ -163,10 +167,11 @@ func Default() Config {
 		},
 		Log: Log{Level: "info", Format: "json"},
 		Shared: Shared{
-			Timeout:  50 * time.Millisecond,
-			LockTTL:  10 * time.Second,
-			LockWait: 6 * time.Second,
-			Prefix:   "edge:",
+			Timeout:    50 * time.Millisecond,
+			LockTTL:    10 * time.Second,
+			LockWait:   6 * time.Second,
+			Prefix:     "edge:",
+			LocalShare: 0.34,
 		},
 	}
 }
@@ -181,7 +186,12 @@ func Load(path string) (Config, error) {
 		}
 	}
 	// EDGE_UPSTREAM__SECRET_KEY -> upstream.secret_key.
+	// Client credentials (EDGE_AUTH__CLIENTS__<NAME>__...) address a list
+	// item by name; applyClientEnv handles them.
 	err := k.Load(env.Provider("EDGE_", ".", func(s string) string {
+		if strings.HasPrefix(s, "EDGE_AUTH__CLIENTS__") {
+			return ""
+		}
 		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, "EDGE_")), "__", ".")
 	}), nil)
 	if err != nil {
@@ -462,6 +472,9 @@ func (c *Config) Validate() error {
 		positive("shared.timeout", sh.Timeout)
 		positive("shared.lock_ttl", sh.LockTTL)
 		positive("shared.lock_wait", sh.LockWait)
+	}
+	if !(sh.LocalShare > 0 && sh.LocalShare <= 1) {
+		bad("shared.local_share: must be within (0, 1], got %v", sh.LocalShare)
 	}
 	return errors.Join(errs...)
 }

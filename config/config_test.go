@@ -1,0 +1,117 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func valid() Config {
+	c := Default()
+	c.Upstream.APIKey, c.Upstream.SecretKey, c.Upstream.Passphrase = "k", "s", "p"
+	return c
+}
+
+func TestDefaultsNeedOnlyCredentials(t *testing.T) {
+	c := valid()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults with credentials: %v", err)
+	}
+	d := Default()
+	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "upstream: api_key") {
+		t.Fatalf("defaults without credentials: %v", err)
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	c := valid()
+	c.Listen = "nope"
+	c.Upstream.Rate = 0
+	c.Upstream.Timeout = -time.Second
+	c.Auth.Mode = "maybe"
+	c.Cache.StaleIfError = -time.Second
+	c.Cache.TTL["block-list"] = c.Cache.TTL["block-list"]
+	bl := c.Cache.TTL["block-list"]
+	bl.Head = -time.Second
+	c.Cache.TTL["block-list"] = bl
+	c.Cache.TTL["no-such-route"] = c.Cache.TTL["block-list"]
+	c.Server.MaxURLBytes = 10
+	c.Log.Level = "loud"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"listen:", "upstream.rate", "upstream.timeout", "auth.mode", "cache.stale_if_error",
+		"cache.ttl.block-list.head", "cache.ttl.no-such-route: unknown route", "server.max_url_bytes", "log.level"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("missing %q in:\n%v", want, err)
+		}
+	}
+}
+
+func TestLoadFileEnvAndTTLMerge(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	os.WriteFile(path, []byte(`
+listen: "127.0.0.1:9000"
+upstream:
+  api_key: file-key
+  secret_key: file-secret
+  passphrase: file-pass
+cache:
+  ttl:
+    block-list: {head: 3s}
+auth:
+  mode: signed
+  clients:
+    - {name: web, api_key: wk, secret_key: "", passphrase: wp, rate: 5, burst: 10}
+`), 0o600)
+	t.Setenv("EDGE_UPSTREAM__SECRET_KEY", "env-secret")
+	t.Setenv("EDGE_UPSTREAM__RATE", "7.5")
+	t.Setenv("EDGE_CHAINS", "chainx,other")
+	t.Setenv("EDGE_AUTH__CLIENTS__WEB__SECRET_KEY", "client-secret")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:9000" || c.Upstream.APIKey != "file-key" || c.Upstream.SecretKey != "env-secret" || c.Upstream.Rate != 7.5 {
+		t.Fatalf("file and env not applied: %+v", c.Upstream)
+	}
+	if len(c.Chains) != 2 || c.Chains[1] != "other" {
+		t.Fatalf("chains from env: %v", c.Chains)
+	}
+	if bl := c.Cache.TTL["block-list"]; bl.Head != 3*time.Second || bl.Final != 24*time.Hour {
+		t.Fatalf("ttl override did not merge into defaults: %+v", bl)
+	}
+	if cl := c.Auth.Clients; len(cl) != 1 || cl[0].SecretKey != "client-secret" || cl[0].Burst != 10 {
+		t.Fatalf("clients: %+v", cl)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnknownKeysAreErrors(t *testing.T) {
+	for _, y := range []string{
+		"listne: ':1'\n",
+		"upstream: {base_ur: 'http://x'}\n",
+		"cache: {ttl: {block-list: {hed: 1s}}}\n",
+		"auth: {clients: [{name: a, api_kye: x}]}\n",
+	} {
+		if _, err := Parse([]byte(y)); err == nil {
+			t.Errorf("%q: no error", y)
+		}
+	}
+}
+
+func TestShippedConfigIsValid(t *testing.T) {
+	c, err := Load("../config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
