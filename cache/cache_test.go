@@ -1,0 +1,125 @@
+package cache
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+)
+
+func TestEntryStates(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	e := NewEntry("k", []byte(`{"code":"0"}`), Head, t0, 2*time.Second, 10*time.Second, time.Minute)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	cases := []struct {
+		d    time.Duration
+		want State
+		ttl  int64
+	}{
+		{0, Fresh, 2},
+		{1500 * time.Millisecond, Fresh, 0},
+		{2 * time.Second, Stale, 0},
+		{2500 * time.Millisecond, Stale, -1},
+		{12 * time.Second, Expired, -10},
+		{62 * time.Second, Missing, -60},
+	}
+	for _, c := range cases {
+		if got := e.StateAt(at(c.d)); got != c.want {
+			t.Errorf("at +%v: state %v, want %v", c.d, got, c.want)
+		}
+		if got := e.TTL(at(c.d)); got != c.ttl {
+			t.Errorf("at +%v: ttl %d, want %d", c.d, got, c.ttl)
+		}
+	}
+	if e.Age(at(3500*time.Millisecond)) != 3 {
+		t.Error("age")
+	}
+	if !e.UsableOnError(at(61*time.Second)) || e.UsableOnError(at(62*time.Second)) {
+		t.Error("usable on error window")
+	}
+	var none *Entry
+	if none.StateAt(0) != Missing || none.UsableOnError(0) {
+		t.Error("nil entry")
+	}
+}
+
+func TestEntryGzipAndETag(t *testing.T) {
+	body := bytes.Repeat([]byte(`{"hash":"0xabc","height":"12"},`), 100)
+	e := NewEntry("k", body, Final, time.Now(), time.Hour, 0, 0)
+	zr, err := gzip.NewReader(bytes.NewReader(e.Gzip))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := io.ReadAll(zr)
+	if !bytes.Equal(plain, body) || len(e.Gzip) >= len(body) {
+		t.Fatal("gzip copy does not inflate to the body or is not smaller")
+	}
+	small := NewEntry("k", []byte(`{}`), Final, time.Now(), time.Hour, 0, 0)
+	if small.Gzip != nil {
+		t.Error("tiny body compressed")
+	}
+	other := NewEntry("k", append(bytes.Clone(body), ' '), Final, time.Now(), time.Hour, 0, 0)
+	if bytes.Equal(e.ETag, other.ETag) || e.ETag[0] != '"' || e.ETag[len(e.ETag)-1] != '"' {
+		t.Errorf("etags %s %s", e.ETag, other.ETag)
+	}
+	body[0] = 'X' // the entry holds its own copy
+	if e.Body[0] != '{' {
+		t.Error("entry aliases the caller's buffer")
+	}
+}
+
+func TestCacheSetGetAndBound(t *testing.T) {
+	c, err := New(Config{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	now := time.Now()
+	e := NewEntry("a", []byte("hello"), Final, now, time.Hour, 0, 0)
+	c.Set(e, now)
+	if got := c.Get([]byte("a")); got != e {
+		t.Fatal("set entry not found")
+	}
+	if c.Get([]byte("b")) != nil || c.GetString("b") != nil {
+		t.Fatal("found a key never set")
+	}
+	if c.Entries() != 1 || c.Bytes() != e.Cost() {
+		t.Fatalf("entries %d bytes %d, want 1 and %d", c.Entries(), c.Bytes(), e.Cost())
+	}
+	// Fill far beyond the bound: bytes held stay under it.
+	body := bytes.Repeat([]byte("x"), 4000)
+	for i := 0; i < 2000; i++ {
+		c.Set(NewEntry(fmt.Sprintf("k%d", i), body, Final, now, time.Hour, 0, 0), now)
+	}
+	if c.Bytes() > c.MaxBytes() {
+		t.Fatalf("holding %d bytes, bound %d", c.Bytes(), c.MaxBytes())
+	}
+	if c.Evictions() == 0 {
+		t.Fatal("no evictions after overfilling")
+	}
+	// An expired entry is not stored.
+	old := NewEntry("old", body, Head, now.Add(-time.Hour), time.Second, 0, 0)
+	c.Set(old, now)
+	if c.GetString("old") != nil {
+		t.Fatal("stored an entry past its last usable moment")
+	}
+}
+
+func TestTTLs(t *testing.T) {
+	d := DefaultTTLs()
+	if d["block-list"].For(Head) != time.Second || d["block-list"].For(Final) != 24*time.Hour {
+		t.Fatal("block-list defaults")
+	}
+	// A class the route does not name falls back to its shortest TTL.
+	if d["position-list"].For(Final) != 30*time.Second || d["block-list"].For(Negative) != time.Second {
+		t.Fatal("fallback to the shortest TTL")
+	}
+	if err := (TTLs{Head: -1}).Validate("x"); err == nil {
+		t.Fatal("negative TTL accepted")
+	}
+	if err := (TTLs{}).Validate("x"); err == nil {
+		t.Fatal("route without TTL accepted")
+	}
+}
