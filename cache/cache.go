@@ -8,6 +8,7 @@ import (
 	"compress/gzip"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -62,15 +63,24 @@ func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.D
 	e.ETag = append(e.ETag, '"')
 	if len(body) >= gzipMin {
 		var b bytes.Buffer
-		zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+		b.Grow(len(body) / 3)
+		zw := gzipWriters.Get().(*gzip.Writer)
+		zw.Reset(&b)
 		zw.Write(body)
 		zw.Close()
+		gzipWriters.Put(zw)
 		if b.Len() < len(body) {
 			e.Gzip = b.Bytes()
 		}
 	}
 	return e
 }
+
+// gzipWriters are reused: a new flate compressor allocates about 1 MB.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+	return zw
+}}
 
 // Cost is the memory the entry holds, in bytes.
 func (e *Entry) Cost() int64 {
