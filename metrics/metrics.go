@@ -226,3 +226,9 @@ func (m *Metrics) FinalHeight(chain string, h int64) {
 
 // Reject records a refused client request.
 func (m *Metrics) Reject(reason int) { m.rejections[reason].Inc() }
+
+// ResultName is the cache_results_total label value of a cache result.
+func ResultName(result int) string { return resultNames[result] }
+
+// OutcomeName is the upstream_requests_total label value of an outcome.
+func OutcomeName(outcome int) string { return outcomeNames[outcome] }

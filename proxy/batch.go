@@ -149,7 +149,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, _ *c
 		p.cache.Set(whole, now)
 	}
 	p.writeEntry(ctx, q, whole, now, st)
-	p.done(q.route.id, result, 0, start)
+	p.done(ctx, q.route.id, result, start)
 }
 
 // fetch returns one call per hash, fetching those not already under way in

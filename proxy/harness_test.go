@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -70,6 +71,7 @@ type harness struct {
 	addr  string // edge
 	srv   *fasthttp.Server
 	hc    *fasthttp.Client
+	log   *slog.Logger // the edge's logger (Options.Logger); set before start, nil discards
 }
 
 type harnessOpt func(*config.Config, *sim.Config)
@@ -130,7 +132,7 @@ func (h *harness) start() {
 	}
 	h.cache = c
 	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
-	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now})
+	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Logger: h.log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,6 +47,9 @@ type Proxy struct {
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
 	draining atomic.Bool
+	// accessSample is the access log's sampling threshold (see access);
+	// 0 = no access log, one load and compare on the hit path.
+	accessSample atomic.Uint64
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -73,6 +76,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.final[c] = new(atomic.Int64)
 	}
 	p.settings.Store(s)
+	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Tier); err != nil {
 		return nil, err
 	}
@@ -95,8 +99,13 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	return s, err
 }
 
-// Reload applies a new validated configuration: credentials, clients, TTLs
-// and rates. Listeners, chains and the cache size need a restart.
+// Reload applies a new validated configuration: credentials, clients, TTLs,
+// rates, retries and timeouts of upstream calls, server.max_url_bytes and
+// the access log's sampling. It refuses, whole, a configuration that changes
+// what is built once at start (listeners, chains, cache size, fleet, the
+// upstream connection pool and breaker, the server's limits): those need a
+// restart, and applying the rest would leave the operator believing them
+// applied too.
 func (p *Proxy) Reload(cfg config.Config) error {
 	old := p.settings.Load()
 	var errs []error
@@ -112,6 +121,14 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL {
 		errs = append(errs, errors.New("upstream.base_url cannot change on reload; restart"))
 	}
+	if ou, nu := old.cfg.Upstream, cfg.Upstream; ou.MaxConns != nu.MaxConns || ou.MaxResponseBytes != nu.MaxResponseBytes ||
+		ou.BreakerFailures != nu.BreakerFailures || ou.BreakerOpenFor != nu.BreakerOpenFor {
+		errs = append(errs, errors.New("upstream.max_conns, max_response_bytes, breaker_failures and breaker_open_for cannot change on reload; restart"))
+	}
+	if os, ns := old.cfg.Server, cfg.Server; os.ReadTimeout != ns.ReadTimeout || os.WriteTimeout != ns.WriteTimeout ||
+		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS {
+		errs = append(errs, errors.New("server.* other than max_url_bytes cannot change on reload; restart"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -123,6 +140,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	p.up.reconfigure(cfg.Upstream)
 	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
+	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	return nil
 }
 
@@ -204,11 +222,11 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	switch e.StateAt(now.UnixNano()) {
 	case cache.Fresh:
 		p.writeEntry(ctx, q, e, now, statusHit)
-		p.done(q.route.id, metrics.ResultHit, 0, start)
+		p.done(ctx, q.route.id, metrics.ResultHit, start)
 		return
 	case cache.Stale:
 		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
-		p.done(q.route.id, metrics.ResultStale, 0, start)
+		p.done(ctx, q.route.id, metrics.ResultStale, start)
 		p.refresh(s, q)
 		return
 	}
@@ -229,7 +247,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 	if err != nil {
 		if old.UsableOnError(now.UnixNano()) {
 			p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
-			p.done(id, metrics.ResultStaleError, 0, start)
+			p.done(ctx, id, metrics.ResultStaleError, start)
 			return
 		}
 		p.fail(ctx, id, start, err)
@@ -247,7 +265,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 			st = statusMissNotStored
 		}
 		p.writeEntry(ctx, q, a.entry, now, st)
-		p.done(id, result, 0, start)
+		p.done(ctx, id, result, start)
 		return
 	}
 	// An upstream envelope with a code other than "0": passed through as it
@@ -259,12 +277,14 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 	ctx.Response.SetBodyRaw(a.body)
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(a.code), time.Since(start).Seconds())
+	p.access(ctx, id, result, a.code, start)
 }
 
 // done records a request answered with an envelope of code "0".
-func (p *Proxy) done(id routeID, result int, _ int, start time.Time) {
+func (p *Proxy) done(ctx *fasthttp.RequestCtx, id routeID, result int, start time.Time) {
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), 0, time.Since(start).Seconds())
+	p.access(ctx, id, result, "0", start)
 }
 
 // answer is the outcome of one upstream fetch, shared by every request the

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -214,13 +215,14 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 			outcome = metrics.OutcomeTooLarge
 		}
 		u.m.Upstream(int(r.id), outcome, took.Seconds())
-		u.log.Warn("upstream call", "route", r.name, "outcome", e.reason, "ms", took.Milliseconds(), "err", err.Error())
+		u.log.Warn("upstream call", "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return 0, nil, e
 	}
 	status := resp.StatusCode()
 	body, err := resp.BodyUncompressed()
 	if err != nil {
 		u.m.Upstream(int(r.id), metrics.OutcomeMalformed, took.Seconds())
+		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", "malformed", "ms", took.Milliseconds(), "err", err.Error())
 		return 0, nil, errMalformed.with(err, 0)
 	}
 	body = bytes.Clone(body) // resp is reused by fasthttp after release
@@ -243,7 +245,12 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		u.recovered()
 	}
 	u.m.Upstream(int(r.id), outcome, took.Seconds())
-	u.log.Info("upstream call", "route", r.name, "status", status, "code", code, "ms", took.Milliseconds(), "bytes", len(body))
+	level := slog.LevelInfo
+	if result != nil {
+		level = slog.LevelWarn
+	}
+	u.log.Log(context.Background(), level, "upstream call", "route", r.name, "status", status, "code", code,
+		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
 	if result != nil {
 		return 0, nil, result
 	}

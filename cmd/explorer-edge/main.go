@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -62,8 +63,9 @@ func loadConfig(path string) (config.Config, error) {
 	return cfg, nil
 }
 
-func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
+// newLogger writes JSON lines (or text) at the level held by level, which a
+// reload may change.
+func newLogger(cfg config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.Level))
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Format == "text" {
@@ -74,7 +76,8 @@ func newLogger(cfg config.Log, w io.Writer) *slog.Logger {
 
 // run serves until SIGTERM/SIGINT (or stop, in tests) and drains.
 func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{}) error {
-	log := newLogger(cfg.Log, logOut)
+	level := new(slog.LevelVar)
+	log := newLogger(cfg.Log, level, logOut)
 	if cfg.Server.GOMAXPROCS > 0 {
 		runtime.GOMAXPROCS(cfg.Server.GOMAXPROCS)
 	}
@@ -99,31 +102,50 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		ln.Close()
 		return err
 	}
+	// Signals are caught before anything is served: once /healthz answers,
+	// SIGHUP reloads instead of killing the process.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
 	srv := p.NewServer(cfg.Server)
 	admin := &fasthttp.Server{Handler: p.AdminHandler(), Name: "explorer-edge-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", cfg.Upstream.BaseURL, "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
+		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	reload := make(chan struct{}, 1)
 	if cfg.WatchConfig && path != "" {
-		// The file provider watches with fsnotify; a change reloads as SIGHUP does.
-		if err := file.Provider(path).Watch(func(any, error) {
+		// The file provider watches with fsnotify; a change reloads as SIGHUP
+		// does. It stops for good on an error (the file removed, say).
+		watch := file.Provider(path)
+		if err := watch.Watch(func(_ any, err error) {
+			if err != nil {
+				log.Warn("config watch stopped; SIGHUP still reloads", "err", err.Error())
+				return
+			}
 			select {
 			case reload <- struct{}{}:
 			default:
 			}
 		}); err != nil {
-			log.Warn("config watch unavailable", "err", err)
+			log.Warn("config watch unavailable", "err", err.Error())
+		} else {
+			defer watch.Unwatch()
 		}
 	}
+	// Editors and the kubelet write a file in steps (truncate, write,
+	// rename): reload once it has been quiet for watchSettle, not on the
+	// first event, which may see half a file.
+	var settle <-chan time.Time
+	current := cfg
 	doReload := func() {
 		next, err := loadConfig(path)
+		if err == nil {
+			err = restartOnly(current, next)
+		}
 		if err == nil {
 			err = p.Reload(next)
 		}
@@ -132,6 +154,8 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 			log.Error("config reload refused; the previous configuration keeps serving", "err", err.Error())
 			return
 		}
+		_ = level.UnmarshalText([]byte(next.Log.Level))
+		current = next
 		m.ConfigReloads.WithLabelValues("ok").Inc()
 		log.Info("config reloaded")
 	}
@@ -142,11 +166,14 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 				doReload()
 				continue
 			}
-			return shutdown(p, srv, admin, cfg.ShutdownTimeout, log)
+			return shutdown(p, srv, admin, current.ShutdownTimeout, log)
 		case <-reload:
+			settle = time.After(watchSettle)
+		case <-settle:
+			settle = nil
 			doReload()
 		case <-stop:
-			return shutdown(p, srv, admin, cfg.ShutdownTimeout, log)
+			return shutdown(p, srv, admin, current.ShutdownTimeout, log)
 		case err := <-errc:
 			return err
 		}
@@ -162,9 +189,35 @@ func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration
 	defer cancel()
 	err := srv.ShutdownWithContext(ctx)
 	admin.ShutdownWithContext(ctx)
-	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("drain timed out; requests still in flight were cut", "timeout", timeout)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// restartOnly refuses a reload that changes what run sets up once; the
+// proxy's Reload refuses its own such keys.
+func restartOnly(old, next config.Config) error {
+	if old.WatchConfig != next.WatchConfig || old.Log.Format != next.Log.Format {
+		return errors.New("watch_config and log.format cannot change on reload; restart")
+	}
+	return nil
+}
+
+// watchSettle is how long the config file must stay unchanged before
+// watch_config reloads it.
+const watchSettle = 100 * time.Millisecond
+
+// redactURL hides a password in a URL's user info before it is logged.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
 }

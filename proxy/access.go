@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/metrics"
+)
+
+// noResult is the cache result of a request refused before the cache.
+const noResult = -1
+
+// sampleThreshold turns log.access_sample (a fraction 0..1) into the
+// threshold access compares a random uint64 with.
+func sampleThreshold(fraction float64) uint64 {
+	switch {
+	case fraction <= 0:
+		return 0
+	case fraction >= 1:
+		return math.MaxUint64
+	}
+	return uint64(fraction * (1 << 64))
+}
+
+// access writes the access log line of a sampled request. With sampling off
+// it is one atomic load and a comparison: the hit path stays allocation-free.
+func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
+	if t := p.accessSample.Load(); t == 0 || rand.Uint64() > t {
+		return
+	}
+	p.logAccess(ctx, id, result, code, start)
+}
+
+// logAccess names what the edge decided, never what the client sent: no
+// header, query or credential, and the client only by its configured name.
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
+	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	cache := "none"
+	if result != noResult {
+		cache = metrics.ResultName(result)
+	}
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs,
+		slog.String("route", id.String()),
+		slog.Int("status", ctx.Response.StatusCode()),
+		slog.String("code", code),
+		slog.String("cache", cache),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+	)
+	if c := p.settings.Load().auth.clientOf(&ctx.Request.Header); c != nil {
+		attrs = append(attrs, slog.String("client", c.name))
+	}
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+}
+
+// clientOf is the configured client whose api key the request carries, or
+// nil (auth off, no key, or a key of no client).
+func (a *admission) clientOf(h *fasthttp.RequestHeader) *client {
+	if !a.signed {
+		return nil
+	}
+	return a.clients[string(h.PeekBytes(hdrKey))]
+}

@@ -1,0 +1,193 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+	"explorer-edge/signer"
+	"explorer-edge/sim"
+)
+
+// logBuffer is an io.Writer for a logger shared by goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the JSON lines written so far whose msg is msg ("" = all).
+func (b *logBuffer) lines(t testing.TB, msg string) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", l)
+		}
+		if msg == "" || m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// withLog restarts h's edge with a JSON logger writing to the returned buffer.
+func withLog(h *harness) *logBuffer {
+	var b logBuffer
+	h.log = slog.New(slog.NewJSONHandler(&b, nil))
+	h.start()
+	return &b
+}
+
+const (
+	accessKey    = "access-web-key"
+	accessSecret = "ACCE55ACCE55ACCE55ACCE55ACCE55AC"
+	accessPass   = "access-web-pass"
+)
+
+// TestAccessLog: with log.access_sample 1 every request writes one line
+// naming route, status, code, cache result, duration and client, and
+// nothing the client sent.
+func TestAccessLog(t *testing.T) {
+	h := newHarness(t, func(c *config.Config, _ *sim.Config) {
+		c.Log.AccessSample = 1
+		c.Auth.Mode = "signed"
+		c.Auth.Clients = []config.Client{{Name: "web", APIKey: accessKey, SecretKey: accessSecret, Passphrase: accessPass}}
+	})
+	logs := withLog(h)
+	var sent []string // every SVC-ACCESS-SIGN value sent
+	signed := func(target, secret string) []string {
+		ts := signer.Timestamp(time.Now())
+		sig := signer.Sign(secret, ts, "GET", target)
+		sent = append(sent, sig)
+		return []string{signer.HeaderKey, accessKey, signer.HeaderPassphrase, accessPass, signer.HeaderTimestamp, ts, signer.HeaderSign, sig}
+	}
+	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
+	bad := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=500"
+	cases := []struct {
+		target, secret string
+		route          string
+		status         float64
+		code, cache    string
+		client         bool
+	}{
+		{blocks, accessSecret, "block-list", 200, "0", "miss", true},
+		{blocks, accessSecret, "block-list", 200, "0", "hit", true},
+		{bad, accessSecret, "block-list", 400, "50036", "none", true},
+		{blocks, "wrong-secret", "block-list", 401, "50113", "none", true},
+		{"/api/v5/chainx/nowhere", accessSecret, "unknown", 404, "404", "none", true},
+	}
+	for i, c := range cases {
+		h.get(c.target, signed(c.target, c.secret)...)
+		lines := logs.lines(t, "access")
+		if len(lines) != i+1 {
+			t.Fatalf("%d requests wrote %d access lines", i+1, len(lines))
+		}
+		l := lines[i]
+		if l["route"] != c.route || l["status"] != c.status || l["code"] != c.code || l["cache"] != c.cache || l["level"] != "INFO" {
+			t.Errorf("request %d: access line %v, want route %s status %v code %s cache %s", i, l, c.route, c.status, c.code, c.cache)
+		}
+		if ms, ok := l["duration_ms"].(float64); !ok || ms < 0 {
+			t.Errorf("request %d: duration_ms %v", i, l["duration_ms"])
+		}
+		if c.client && l["client"] != "web" {
+			t.Errorf("request %d: client %v, want web", i, l["client"])
+		}
+	}
+	// An unsigned request names no client.
+	h.get(blocks)
+	if l := logs.lines(t, "access"); l[len(l)-1]["client"] != nil || l[len(l)-1]["code"] != "50103" {
+		t.Errorf("unsigned request: %v", l[len(l)-1])
+	}
+	out := logs.String()
+	for _, s := range append(sent, accessKey, accessSecret, accessPass, "SVC-", "limit=", "chainShortName") {
+		if strings.Contains(out, s) {
+			t.Errorf("access log holds %q:\n%s", s, out)
+		}
+	}
+}
+
+// TestAccessLogSampling: off writes nothing, a fraction writes some, and a
+// reload changes the fraction.
+func TestAccessLogSampling(t *testing.T) {
+	h := newHarness(t)
+	logs := withLog(h)
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+	hits := func(n int) int {
+		before := len(logs.lines(t, "access"))
+		for range n {
+			h.get(target)
+		}
+		return len(logs.lines(t, "access")) - before
+	}
+	if n := hits(50); n != 0 {
+		t.Fatalf("access_sample 0 wrote %d lines", n)
+	}
+	reload := func(f float64) {
+		cfg := h.cfg
+		cfg.Log.AccessSample = f
+		if err := h.p.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(0.5)
+	// 300 requests at 1/2: all or none logged has probability 2^-299.
+	if n := hits(300); n == 0 || n == 300 {
+		t.Fatalf("access_sample 0.5 logged %d of 300", n)
+	}
+	reload(1)
+	if n := hits(20); n != 20 {
+		t.Fatalf("access_sample 1 logged %d of 20", n)
+	}
+	reload(0)
+	if n := hits(20); n != 0 {
+		t.Fatalf("access_sample 0 after a reload logged %d", n)
+	}
+}
+
+// TestHitPathAllocatesNothing: with the access log off a hit allocates
+// nothing (BenchmarkHit measures the same; this makes it a failure).
+func TestHitPathAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	h := newHarness(t)
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
+	if r := h.get(target); r.status != 200 {
+		t.Fatalf("warm: %d", r.status)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI(target)
+	ctx.Request.Header.SetMethod("GET")
+	allocs := testing.AllocsPerRun(200, func() {
+		ctx.Response.Reset()
+		h.p.Handle(&ctx)
+	})
+	if ctx.Response.StatusCode() != 200 || allocs != 0 {
+		t.Fatalf("hit: status %d, %v allocations per request, want 0", ctx.Response.StatusCode(), allocs)
+	}
+}
