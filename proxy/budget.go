@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"context"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -18,29 +18,43 @@ type Budget interface {
 	SetRate(perSecond float64, burst int)
 }
 
-type localBudget struct{ l *rate.Limiter }
+// localBudget never cancels a reservation: x/time/rate's cancel restores
+// tokens approximately and can hand out more than the rate (Limiter.Wait
+// cancels too when its context ends before the timer fires). It checks the
+// delay first and reserves only a token it will use, under mu so that the
+// check and the reservation agree.
+type localBudget struct {
+	mu sync.Mutex
+	l  *rate.Limiter
+}
 
 func newLocalBudget(perSecond float64, burst int) *localBudget {
 	return &localBudget{l: rate.NewLimiter(rate.Limit(perSecond), burst)}
 }
 
 func (b *localBudget) Take(wait time.Duration, background bool) (bool, time.Duration) {
+	b.mu.Lock()
 	now := time.Now()
-	if background && b.l.TokensAt(now) < max(1, float64(b.l.Burst())/4) {
+	tokens := b.l.TokensAt(now)
+	if background && tokens < max(1, float64(b.l.Burst())/4) {
+		b.mu.Unlock()
 		return false, time.Second
 	}
-	if wait <= 0 || background {
-		if b.l.AllowN(now, 1) {
-			return true, 0
-		}
-		return false, untilToken(b.l, now)
+	due := untilToken(b.l, now)
+	if tokens >= 1 {
+		due = 0
 	}
-	// Wait reserves only a token due within the deadline; otherwise it
-	// takes nothing. (Reserve-then-cancel can hand out more than the rate.)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := b.l.Wait(ctx); err != nil {
-		return false, untilToken(b.l, time.Now())
+	if due > wait || (due > 0 && background) {
+		b.mu.Unlock()
+		return false, due
+	}
+	r := b.l.ReserveN(now, 1)
+	b.mu.Unlock()
+	if !r.OK() {
+		return false, time.Second
+	}
+	if d := r.DelayFrom(now); d > 0 {
+		time.Sleep(d)
 	}
 	return true, 0
 }
@@ -48,6 +62,8 @@ func (b *localBudget) Take(wait time.Duration, background bool) (bool, time.Dura
 func (b *localBudget) Tokens() float64 { return b.l.Tokens() }
 
 func (b *localBudget) SetRate(perSecond float64, burst int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.l.SetLimit(rate.Limit(perSecond))
 	b.l.SetBurst(burst)
 }
