@@ -59,6 +59,7 @@ type Options struct {
 	Logger  *slog.Logger     // nil = discard
 	Now     func() time.Time // nil = time.Now
 	Tier    Tier             // nil = single node
+	Budget  Budget           // upstream quota; nil = a local token bucket of upstream.rate
 }
 
 // New builds a proxy from a validated configuration.
@@ -77,7 +78,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
-	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Tier); err != nil {
+	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Budget); err != nil {
 		return nil, err
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)

@@ -7,10 +7,10 @@ import (
 )
 
 // Tier is the shared second cache tier of fleet mode (DESIGN.md section 6).
-// The proxy declares it here, beside its only user; cache.Redis implements
-// it. Every method goes on without Redis when it is slow or down: Get
-// misses, Set drops, Lock lets the caller fetch, Budget falls back to a
-// local share.
+// The proxy declares it here, beside its only user; fleet.Redis implements
+// it (and gives the shared upstream budget, Options.Budget). Every method
+// goes on without Redis when it is slow or down: Get misses, Set drops,
+// Lock lets the caller fetch.
 type Tier interface {
 	// Get returns a usable entry for key, or nil.
 	Get(key string, now time.Time) *cache.Entry
@@ -20,6 +20,4 @@ type Tier interface {
 	// it, Lock waits (bounded) for that node's answer and returns it as
 	// filled. unlock is never nil.
 	Lock(key string, now func() time.Time) (unlock func(), filled *cache.Entry)
-	// Budget is the fleet's shared upstream budget.
-	Budget() Budget
 }

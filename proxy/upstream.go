@@ -38,7 +38,7 @@ type upstream struct {
 	rate         atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
 }
 
-func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, tier Tier) (*upstream, error) {
+func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream.base_url: %w", err)
@@ -72,8 +72,8 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, tier
 	}
 	up.cfg.Store(&cfg)
 	up.rate.Store(math.Float64bits(cfg.Rate))
-	if tier != nil && tier.Budget() != nil {
-		up.budget = tier.Budget()
+	if budget != nil {
+		up.budget = budget
 	} else {
 		up.budget = newLocalBudget(cfg.Rate, cfg.Burst)
 	}

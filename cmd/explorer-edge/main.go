@@ -24,6 +24,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/fleet"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
 )
@@ -88,6 +89,18 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	defer c.Close()
 	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
+	if cfg.Shared.RedisAddr != "" {
+		// Fleet mode: Redis is the second cache tier, the fleet's one
+		// upstream budget and its fetch locks. Redis being down is not an
+		// error here: the node serves alone until it answers.
+		m.RegisterShared()
+		shared, err := fleet.New(fleet.ConfigOf(cfg), m, log)
+		if err != nil {
+			return err
+		}
+		defer shared.Close()
+		opts.Tier, opts.Budget = shared, shared.Budget()
+	}
 	p, err := proxy.New(cfg, opts)
 	if err != nil {
 		return err

@@ -1,0 +1,154 @@
+package fleet
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+
+	"explorer-edge/cache"
+)
+
+// An entry in Redis is one string:
+//
+//	version  1 byte   formatVersion; any other value is a miss, never a guess
+//	class    1 byte   cache.Class
+//	flags    1 byte   flagGzip: the payload is the gzip of the body
+//	stored   8 bytes  unix ns, big endian (absolute, so Age carries over)
+//	fresh    8 bytes  unix ns
+//	swr      8 bytes  ns past fresh
+//	sie      8 bytes  ns past fresh
+//	key      uvarint length, bytes (checked on read against hash-tag collisions)
+//	etag     uvarint length, bytes
+//	payload  the rest: the gzip bytes when the entry has them, else the body
+//
+// Only one copy of the body travels: the gzip one when there is one (it is
+// what most clients are sent), and the identity body is inflated from it on
+// read. A format change takes a new version byte; nodes of the old version
+// then miss on the new entries (and overwrite them) instead of misreading.
+const formatVersion = 1
+
+const (
+	flagGzip   = 1 << 0
+	knownFlags = flagGzip
+	headerLen  = 3 + 4*8
+)
+
+var errVersion = errors.New("unknown entry format version")
+
+// encode returns the Redis value of e.
+func encode(e *cache.Entry) []byte {
+	payload, flags := e.Body, byte(0)
+	if len(e.Gzip) > 0 {
+		payload, flags = e.Gzip, flagGzip
+	}
+	b := make([]byte, headerLen, headerLen+2*binary.MaxVarintLen16+len(e.Key)+len(e.ETag)+len(payload))
+	b[0], b[1], b[2] = formatVersion, byte(e.Class), flags
+	binary.BigEndian.PutUint64(b[3:], uint64(e.Stored))
+	binary.BigEndian.PutUint64(b[11:], uint64(e.Fresh))
+	binary.BigEndian.PutUint64(b[19:], uint64(e.StaleWhileRevalidate))
+	binary.BigEndian.PutUint64(b[27:], uint64(e.StaleIfError))
+	b = binary.AppendUvarint(b, uint64(len(e.Key)))
+	b = append(b, e.Key...)
+	b = binary.AppendUvarint(b, uint64(len(e.ETag)))
+	b = append(b, e.ETag...)
+	return append(b, payload...)
+}
+
+// decode parses a value written by encode. b is owned by the entry from
+// then on (the gzip payload aliases it).
+func decode(b []byte) (*cache.Entry, error) {
+	if len(b) == 0 || b[0] != formatVersion {
+		return nil, errVersion
+	}
+	if len(b) < headerLen {
+		return nil, fmt.Errorf("entry of %d bytes is shorter than its header", len(b))
+	}
+	class, flags := cache.Class(b[1]), b[2]
+	if class > cache.Negative || flags&^knownFlags != 0 {
+		return nil, fmt.Errorf("entry has class %d, flags %#x", class, flags)
+	}
+	e := &cache.Entry{
+		Class:                class,
+		Stored:               int64(binary.BigEndian.Uint64(b[3:])),
+		Fresh:                int64(binary.BigEndian.Uint64(b[11:])),
+		StaleWhileRevalidate: int64(binary.BigEndian.Uint64(b[19:])),
+		StaleIfError:         int64(binary.BigEndian.Uint64(b[27:])),
+	}
+	rest := b[headerLen:]
+	key, rest, ok := field(rest)
+	if !ok {
+		return nil, errors.New("entry key truncated")
+	}
+	etag, rest, ok := field(rest)
+	if !ok {
+		return nil, errors.New("entry etag truncated")
+	}
+	e.Key, e.ETag = string(key), etag
+	if flags&flagGzip == 0 {
+		e.Body = rest
+		return e, nil
+	}
+	body, err := gunzip(rest)
+	if err != nil {
+		return nil, fmt.Errorf("entry gzip: %w", err)
+	}
+	e.Body, e.Gzip = body, rest
+	return e, nil
+}
+
+// field reads one uvarint-length-prefixed field, capped to its length.
+func field(b []byte) (f, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	end := w + int(n)
+	return b[w:end:end], b[end:], true
+}
+
+// gzipReaders holds klauspost/compress readers: they inflate about half
+// again as fast as compress/gzip (BenchmarkDecode), and fasthttp brings the
+// module in already.
+var gzipReaders sync.Pool // *gzip.Reader
+
+// maxBody bounds what a value may inflate to (upstream.max_response_bytes
+// is far below it); a corrupt trailer must not allocate gigabytes.
+const maxBody = 64 << 20
+
+// gunzip inflates z into a buffer sized from the gzip trailer (RFC 1952
+// ISIZE: the input size mod 2^32), so the body is one allocation.
+func gunzip(z []byte) ([]byte, error) {
+	zr, _ := gzipReaders.Get().(*gzip.Reader)
+	var err error
+	if zr == nil {
+		zr, err = gzip.NewReader(bytes.NewReader(z))
+	} else {
+		err = zr.Reset(bytes.NewReader(z))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer gzipReaders.Put(zr)
+	if len(z) < 4 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	size := binary.LittleEndian.Uint32(z[len(z)-4:])
+	if size > maxBody {
+		return nil, fmt.Errorf("inflates to %d bytes", size)
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(zr, body); err != nil {
+		return nil, err
+	}
+	// Reading past the end checks the CRC and that nothing is left.
+	var more [1]byte
+	if n, err := zr.Read(more[:]); n != 0 || err != io.EOF {
+		return nil, errors.New("inflates past its recorded size")
+	}
+	return body, nil
+}

@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"explorer-edge/cache"
+)
+
+func testEntry(bodyLen int) *cache.Entry {
+	var b strings.Builder
+	b.WriteString(`{"code":"0","msg":"","data":[`)
+	for i := 0; b.Len() < bodyLen; i++ {
+		fmt.Fprintf(&b, `{"height":"%d","hash":"0x%064x","state":"done","txnCount":"%d"},`, 1000+i, i*7919, i%97)
+	}
+	b.WriteString(`{}]}`)
+	now := time.Unix(1_780_000_000, 123)
+	return cache.NewEntry("/api/v5/chainx/block/block-list?chainShortName=CHAINX&page=1&limit=20",
+		[]byte(b.String()), cache.Final, now, 24*time.Hour, 30*time.Second, 10*time.Minute)
+}
+
+func TestEncodeDecode(t *testing.T) {
+	for _, n := range []int{0, 100, 20_000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			e := testEntry(n)
+			if n == 0 {
+				e.Body, e.Gzip = []byte{}, nil // a per-hash item with no records
+			}
+			v := encode(e)
+			if len(e.Gzip) > 0 && len(v) > len(e.Gzip)+len(e.Key)+len(e.ETag)+headerLen+4 {
+				t.Errorf("value of %d bytes carries more than the gzip body (%d)", len(v), len(e.Gzip))
+			}
+			got, err := decode(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Key != e.Key || !bytes.Equal(got.Body, e.Body) || !bytes.Equal(got.Gzip, e.Gzip) || !bytes.Equal(got.ETag, e.ETag) ||
+				got.Class != e.Class || got.Stored != e.Stored || got.Fresh != e.Fresh ||
+				got.StaleWhileRevalidate != e.StaleWhileRevalidate || got.StaleIfError != e.StaleIfError {
+				t.Fatalf("round trip changed the entry:\n got %+v\nwant %+v", got, e)
+			}
+		})
+	}
+}
+
+// A value this node cannot read is a miss, never a misread entry.
+func TestDecodeRejects(t *testing.T) {
+	good := encode(testEntry(2000))
+	f := func(name string, v []byte) {
+		t.Helper()
+		if e, err := decode(v); err == nil {
+			t.Errorf("%s: decoded %+v, want an error", name, e)
+		}
+	}
+	next := bytes.Clone(good)
+	next[0] = formatVersion + 1
+	f("next version", next)
+	f("version 0", append([]byte{0}, good[1:]...))
+	f("empty", nil)
+	f("header only", good[:headerLen-1])
+	f("truncated key", good[:headerLen+3])
+	flags := bytes.Clone(good)
+	flags[2] |= 0x80
+	f("unknown flag", flags)
+	class := bytes.Clone(good)
+	class[1] = 9
+	f("unknown class", class)
+	corrupt := bytes.Clone(good)
+	corrupt[len(corrupt)-10] ^= 0xff // inside the gzip trailer's CRC
+	f("bad gzip", corrupt)
+	f("truncated gzip", good[:len(good)-20])
+}
+
+func BenchmarkDecode(b *testing.B) {
+	e := testEntry(10_000)
+	v := encode(e)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(e.Body)))
+	for b.Loop() {
+		if _, err := decode(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,662 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/rueidis"
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/cache"
+	"explorer-edge/config"
+	"explorer-edge/fleet"
+	"explorer-edge/metrics"
+	"explorer-edge/sim"
+)
+
+// Fleet mode (DESIGN.md section 6) against a real redis-server on a free
+// port: several edges in this process share it and one explorer-sim.
+
+// redisServer is a redis-server child process on a loopback port.
+type redisServer struct {
+	t     testing.TB
+	bin   string
+	addr  string
+	extra []string // more redis-server arguments
+	cmd   *exec.Cmd
+}
+
+// startRedis starts redis-server on a free port, without persistence, and
+// stops it at the end of the test. Without the binary the test is skipped.
+func startRedis(t testing.TB) *redisServer {
+	t.Helper()
+	r := newRedis(t)
+	r.start()
+	return r
+}
+
+// newRedis picks a free port for a redis-server that start runs.
+func newRedis(t testing.TB) *redisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("fleet mode needs redis-server on PATH (Debian: apt-get install redis-server); skipped")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	r := &redisServer{t: t, bin: bin, addr: addr}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// start runs redis-server on r.addr and returns once it answers PING.
+func (r *redisServer) start() {
+	r.t.Helper()
+	_, port, _ := net.SplitHostPort(r.addr)
+	r.cmd = exec.Command(r.bin, append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, r.extra...)...)
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	untilTrue(r.t, 10*time.Second, "redis-server to answer PING", func() bool { return redisPing(r.addr) })
+}
+
+// stop kills redis-server and reaps it; stopping twice is fine.
+func (r *redisServer) stop() {
+	if r.cmd == nil {
+		return
+	}
+	r.cmd.Process.Kill()
+	r.cmd.Wait()
+	r.cmd = nil
+}
+
+func redisPing(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	return line == "+PONG\r\n"
+}
+
+// untilTrue polls cond until it holds or the deadline passes.
+func untilTrue(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fleetEdge is one edge of a fleet; the embedded harness's get and do
+// talk to it.
+type fleetEdge struct {
+	*harness
+	shared *fleet.Redis
+}
+
+// newFleet starts explorer-sim (through newHarness) and n edges in front of
+// it that share rdb. opts change the configuration of all of them.
+func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harness, []*fleetEdge) {
+	t.Helper()
+	opts = append([]harnessOpt{func(c *config.Config, _ *sim.Config) {
+		// Two cores shared with other builds, and -race: a loopback round
+		// trip can exceed the production default of 50ms, and a node that
+		// times out goes on alone (by design), which is not what these tests
+		// are about. TestFleetGoesOnAloneWhileRedisIsDown stops Redis for that.
+		c.Shared.Timeout = time.Second
+	}}, opts...)
+	opts = append(opts, func(c *config.Config, _ *sim.Config) { c.Shared.RedisAddr = rdb.addr })
+	h := newHarness(t, opts...)
+	edges := make([]*fleetEdge, n)
+	for i := range edges {
+		edges[i] = startFleetEdge(h)
+	}
+	return h, edges
+}
+
+// startFleetEdge builds an edge for h.cfg with the shared tier, as
+// cmd/explorer-edge wires it, and serves it on a free port.
+func startFleetEdge(base *harness) *fleetEdge {
+	t := base.t
+	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
+	h := e.harness
+	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.cache = c
+	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
+	h.m.RegisterShared()
+	if e.shared, err = fleet.New(fleet.ConfigOf(h.cfg), h.m, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Tier: e.shared, Budget: e.shared.Budget()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.addr = ln.Addr().String()
+	h.srv = h.p.NewServer(h.cfg.Server)
+	go h.srv.Serve(ln)
+	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
+	t.Cleanup(func() { h.srv.Shutdown(); e.shared.Close(); c.Close() })
+	return e
+}
+
+func (e *fleetEdge) sharedCount(op, outcome string) float64 {
+	return testutil.ToFloat64(e.m.SharedRequests.WithLabelValues(op, outcome))
+}
+
+func TestFleetFillByOneNodeIsAHitOnAll(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 3)
+	height := h.sim.FinalizedHeight("CHAINX") - 5
+	target := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", height)
+	// A block list teaches edge 0 the finalized height, so the block's
+	// transactions are final (24h); the others learn the class from Redis.
+	if r := edges[0].get("/api/v5/chainx/block/block-list?chainShortName=chainx"); r.status != 200 {
+		t.Fatalf("block list: %d %s", r.status, r.body)
+	}
+	before := h.upstreamCalls()
+	first := edges[0].get(target)
+	if first.status != 200 || !strings.Contains(first.header["Cache-Status"], "fwd=miss") {
+		t.Fatalf("first answer: %d %q %s", first.status, first.header["Cache-Status"], first.body)
+	}
+	// Age and TTL come from the entry's absolute times, so they carry over.
+	h.clock.Advance(7 * time.Second)
+	for i, e := range edges[1:] {
+		r := e.get(target)
+		if r.status != 200 || !bytes.Equal(r.body, first.body) {
+			t.Fatalf("edge %d: %d %s", i+1, r.status, r.body)
+		}
+		if cs := r.header["Cache-Status"]; !strings.HasPrefix(cs, "explorer-edge; hit; ttl=86393") || !strings.Contains(cs, "detail=shared") {
+			t.Errorf("edge %d Cache-Status = %q, want a shared hit with 24h-7s left", i+1, cs)
+		}
+		if r.header["Age"] != "7" || r.header["Etag"] != first.header["Etag"] {
+			t.Errorf("edge %d: Age %q ETag %q, want 7 and %q", i+1, r.header["Age"], r.header["Etag"], first.header["Etag"])
+		}
+		// Now in its own Ristretto: a plain hit.
+		if cs := e.get(target).header["Cache-Status"]; strings.Contains(cs, "shared") {
+			t.Errorf("edge %d: second request still went to Redis: %q", i+1, cs)
+		}
+	}
+	if n := h.upstreamCalls() - before; n != 1 {
+		t.Fatalf("one key on three nodes cost %d upstream calls, want 1", n)
+	}
+
+	// Per-hash items go through the shared tier too: a hash that one node
+	// fetched in a batch is a hit for transaction-fills on another.
+	hashes := h.sim.CrossHashes("TRADE_ZONE", 2)
+	multi := "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + strings.Join(hashes, ",")
+	if r := edges[0].get(multi); r.status != 200 {
+		t.Fatalf("transaction-multi: %d %s", r.status, r.body)
+	}
+	before = h.upstreamCalls()
+	fills := "/api/v5/chainx/tz/cross/transaction-fills?chainShortName=TRADE_ZONE&txid=" + hashes[1]
+	if r := edges[2].get(fills); r.status != 200 || !bytes.Equal(r.body, h.simGet(fills)) {
+		t.Fatalf("transaction-fills from the shared tier: %d %s", r.status, r.body)
+	}
+	if n := h.upstreamCalls() - before - 1; n != 0 { // the -1 is simGet's own call
+		t.Fatalf("a hash cached by another node cost %d upstream calls", n)
+	}
+}
+
+func TestFleetConcurrentColdRequestsCostOneCall(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 3, func(_ *config.Config, s *sim.Config) {
+		s.Faults = sim.Faults{Latency: 100 * time.Millisecond} // keep the fetch open while all arrive
+	})
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=30"
+	var wg sync.WaitGroup
+	bodies := make([][]byte, 90)
+	for i := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := edges[i%len(edges)].get(target)
+			if r.status != 200 {
+				t.Errorf("status %d %s", r.status, r.body)
+			}
+			bodies[i] = r.body
+		}()
+	}
+	wg.Wait()
+	logShared(t, edges)
+	if n := h.upstreamCalls(); n != 1 {
+		t.Fatalf("90 cold requests over 3 nodes cost %d upstream calls, want 1", n)
+	}
+	for _, b := range bodies {
+		if !bytes.Equal(b, bodies[0]) {
+			t.Fatal("answers differ between nodes")
+		}
+	}
+	waits := 0.0
+	for _, e := range edges {
+		waits += testutil.ToFloat64(e.m.SharedLockWait.WithLabelValues("filled"))
+	}
+	if waits < 1 {
+		t.Errorf("no node waited for another's fetch (shared_lock_waits_total{outcome=filled} = %v)", waits)
+	}
+}
+
+func TestFleetSharesOneUpstreamBudget(t *testing.T) {
+	rdb := startRedis(t)
+	const rate, burst = 20, 20
+	h, edges := newFleet(t, rdb, 3, func(c *config.Config, _ *sim.Config) {
+		c.Upstream.Rate, c.Upstream.Burst = rate, burst
+	})
+	// Hundreds of distinct keys from many clients for a bounded time: far
+	// more misses than the quota allows.
+	var next, ok, refused atomic.Int64
+	start := time.Now()
+	stop := start.Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for w := 0; w < 24; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				page := next.Add(1)%500 + 1
+				r := edges[w%len(edges)].get(fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&page=%d", page))
+				switch {
+				case r.status == 200 && r.code() == "0":
+					ok.Add(1)
+				case r.status == 503 && r.code() == "50001" && r.header["Retry-After"] != "":
+					refused.Add(1)
+				default:
+					t.Errorf("neither data nor a well-formed 503/50001: %d %v %s", r.status, r.header, r.body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	calls := h.upstreamCalls()
+	logShared(t, edges)
+	limit := int64(rate*elapsed) + burst
+	t.Logf("%.2fs: %d answers, %d refused, %d upstream calls (limit %d)", elapsed, ok.Load(), refused.Load(), calls, limit)
+	if calls > limit {
+		t.Fatalf("3 nodes made %d upstream calls in %.2fs, more than rate*seconds+burst = %d", calls, elapsed, limit)
+	}
+	if calls < burst || refused.Load() == 0 {
+		t.Fatalf("%d upstream calls, %d refused: the test did not reach the budget", calls, refused.Load())
+	}
+}
+
+func TestFleetGoesOnAloneWhileRedisIsDown(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2)
+	a, b := edges[0], edges[1]
+	page := 0
+	target := func() string {
+		page++
+		return fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&page=%d&limit=10", page)
+	}
+	cached := target()
+	if r := a.get(cached); r.status != 200 {
+		t.Fatalf("fill: %d %s", r.status, r.body)
+	}
+	if r := b.get(cached); !strings.Contains(r.header["Cache-Status"], "shared") {
+		t.Fatalf("not shared before the outage: %q", r.header["Cache-Status"])
+	}
+
+	rdb.stop()
+	for i := 0; i < 20; i++ {
+		for _, e := range edges {
+			if r := e.get(cached); r.status != 200 || !strings.HasPrefix(r.header["Cache-Status"], "explorer-edge; hit") {
+				t.Fatalf("cached key while Redis is down: %d %q %s", r.status, r.header["Cache-Status"], r.body)
+			}
+			before := h.upstreamCalls()
+			if r := e.get(target()); r.status != 200 || r.code() != "0" {
+				t.Fatalf("miss while Redis is down: %d %s", r.status, r.body)
+			}
+			if h.upstreamCalls() != before+1 {
+				t.Fatal("a miss while Redis is down was not fetched from the upstream")
+			}
+		}
+	}
+	for i, e := range edges {
+		if up := testutil.ToFloat64(e.m.SharedUp); up != 0 {
+			t.Errorf("edge %d: shared_up = %v while Redis is down", i, up)
+		}
+		// After the first failure a node leaves Redis alone: 40 requests
+		// did not each spend a round trip (or shared.timeout) on it.
+		failed := 0.0
+		for _, op := range []string{"get", "set", "lock", "rate"} {
+			failed += e.sharedCount(op, "error") + e.sharedCount(op, "timeout")
+		}
+		if failed == 0 || failed > 4 {
+			t.Errorf("edge %d: %v failed Redis operations during the outage, want a few", i, failed)
+		}
+	}
+
+	rdb.start() // same port, empty
+	untilTrue(t, 10*time.Second, "fleet mode to resume", func() bool {
+		k := target()
+		if r := a.get(k); r.status != 200 {
+			t.Fatalf("fill after restart: %d %s", r.status, r.body)
+		}
+		return strings.Contains(b.get(k).header["Cache-Status"], "detail=shared")
+	})
+	for i, e := range edges {
+		if up := testutil.ToFloat64(e.m.SharedUp); up != 1 {
+			t.Errorf("edge %d: shared_up = %v after Redis came back", i, up)
+		}
+	}
+}
+
+func TestFleetEntryOfUnknownVersionIsAMiss(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2)
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=40"
+	want := edges[0].get(target)
+	if want.status != 200 {
+		t.Fatalf("fill: %d %s", want.status, want.body)
+	}
+	// Rewrite the stored entry as a future format would: same bytes, next
+	// version byte.
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	ctx := context.Background()
+	keys, err := rc.Do(ctx, rc.B().Keys().Pattern(h.cfg.Shared.Prefix+"{*}").Build()).AsStrSlice()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("entries in Redis: %v %v", keys, err)
+	}
+	v, err := rc.Do(ctx, rc.B().Get().Key(keys[0]).Build()).AsBytes()
+	if err != nil || len(v) == 0 || v[0] != 1 {
+		t.Fatalf("stored entry: % x %v", v[:min(len(v), 8)], err)
+	}
+	v[0] = 2
+	if err := rc.Do(ctx, rc.B().Set().Key(keys[0]).Value(rueidis.BinaryString(v)).Keepttl().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+
+	r := edges[1].get(target)
+	if r.status != 200 || !bytes.Equal(r.body, want.body) || !strings.Contains(r.header["Cache-Status"], "fwd=miss") {
+		t.Fatalf("entry of version 2: %d %q %s", r.status, r.header["Cache-Status"], r.body)
+	}
+	if n := h.upstreamCalls(); n != 2 {
+		t.Fatalf("%d upstream calls, want 2: the unreadable entry must be a miss", n)
+	}
+	// The node that missed stored its own answer over it.
+	if v, _ := rc.Do(ctx, rc.B().Get().Key(keys[0]).Build()).AsBytes(); len(v) == 0 || v[0] != 1 {
+		t.Fatalf("entry not rewritten in the current format: % x", v[:min(len(v), 8)])
+	}
+}
+
+// The fetch lock on its own: bounded waits, the holder's answer handed to
+// the waiter, a dead holder's lock taken over, and no wait at all without
+// Redis.
+func TestFleetLockBounds(t *testing.T) {
+	rdb := startRedis(t)
+	cfg := config.Default()
+	cfg.Shared.RedisAddr = rdb.addr
+	cfg.Shared.Timeout = time.Second // see newFleet
+	cfg.Shared.LockTTL = 600 * time.Millisecond
+	cfg.Shared.LockWait = 300 * time.Millisecond
+	node := func(cfg config.Config) (*fleet.Redis, *metrics.Metrics) {
+		c, _ := cache.New(cache.Config{MaxBytes: 1 << 20})
+		t.Cleanup(c.Close)
+		m := metrics.New(RouteNames(), cfg.Chains, c)
+		m.RegisterShared()
+		r, err := fleet.New(fleet.ConfigOf(cfg), m, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r, m
+	}
+	a, _ := node(cfg)
+	b, bm := node(cfg)
+	clk := newClock()
+	entry := func(key string) *cache.Entry {
+		return cache.NewEntry(key, []byte(`{"code":"0","data":[]}`), cache.Head, clk.Now(), time.Minute, 0, 0)
+	}
+
+	unlockA, filled := a.Lock("k1", clk.Now)
+	if filled != nil {
+		t.Fatal("a free lock came with an entry")
+	}
+	start := time.Now()
+	if unlock, e := b.Lock("k1", clk.Now); e != nil {
+		t.Fatal("a held lock without an answer gave an entry")
+	} else {
+		unlock()
+	}
+	if took := time.Since(start); took < cfg.Shared.LockWait || took > cfg.Shared.LockWait+cfg.Shared.Timeout {
+		t.Errorf("waiting for a busy holder took %s, want lock_wait (%s) plus at most one round trip", took, cfg.Shared.LockWait)
+	}
+	if n := testutil.ToFloat64(bm.SharedLockWait.WithLabelValues("timeout")); n != 1 {
+		t.Errorf("shared_lock_waits_total{outcome=timeout} = %v, want 1", n)
+	}
+
+	// The holder stores and unlocks while the other node waits.
+	got := make(chan *cache.Entry)
+	go func() {
+		_, e := b.Lock("k1", clk.Now)
+		got <- e
+	}()
+	want := entry("k1")
+	a.Set(want, clk.Now())
+	unlockA()
+	unlockA() // safe to call again
+	if e := <-got; e == nil || e.Key != "k1" || !bytes.Equal(e.Body, want.Body) || e.Fresh != want.Fresh {
+		t.Fatalf("waiter got %+v, want the holder's entry", e)
+	}
+
+	// A holder that dies never unlocks: its lock expires after lock_ttl and
+	// a node that waits longer than that takes over.
+	patient := cfg
+	patient.Shared.LockWait = 3 * time.Second
+	c, _ := node(patient)
+	a.Lock("k2", clk.Now)
+	start = time.Now()
+	unlockC, e := c.Lock("k2", clk.Now)
+	if took := time.Since(start); e != nil || took < cfg.Shared.LockTTL/2 || took >= patient.Shared.LockWait {
+		t.Fatalf("after the holder died: entry %v after %s, want the lock after about lock_ttl", e, took)
+	}
+	unlockC()
+	if unlock, _ := a.Lock("k2", clk.Now); unlock == nil {
+		t.Fatal("nil unlock")
+	} else {
+		unlock()
+	}
+
+	// Without Redis, nobody waits.
+	rdb.stop()
+	b.Get("k3", clk.Now()) // the first failure takes the node off Redis
+	start = time.Now()
+	unlock, e := b.Lock("k3", clk.Now)
+	unlock()
+	if e != nil || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("Lock without Redis took %s", time.Since(start))
+	}
+}
+
+// A node whose Redis is not up yet starts alone and joins when it is.
+func TestFleetStartsBeforeRedis(t *testing.T) {
+	rdb := newRedis(t)
+	cfg := config.Default()
+	cfg.Shared.RedisAddr = rdb.addr
+	c, _ := cache.New(cache.Config{MaxBytes: 1 << 20})
+	defer c.Close()
+	m := metrics.New(RouteNames(), cfg.Chains, c)
+	m.RegisterShared()
+	r, err := fleet.New(fleet.ConfigOf(cfg), m, nil)
+	if err != nil {
+		t.Fatalf("Redis down at start must not stop the node: %v", err)
+	}
+	defer r.Close()
+	if up := testutil.ToFloat64(m.SharedUp); up != 0 {
+		t.Fatalf("shared_up = %v before Redis runs", up)
+	}
+	if ok, _ := r.Budget().Take(0, false); !ok {
+		t.Fatal("no local budget while Redis is down")
+	}
+	rdb.start()
+	untilTrue(t, 10*time.Second, "shared_up to become 1", func() bool { return testutil.ToFloat64(m.SharedUp) == 1 })
+	e := cache.NewEntry("k", []byte(`{"code":"0"}`), cache.Head, time.Now(), time.Minute, 0, 0)
+	r.Set(e, time.Now())
+	if got := r.Get("k", time.Now()); got == nil || got.ETag == nil || string(got.Body) != `{"code":"0"}` {
+		t.Fatalf("after joining: got %+v", got)
+	}
+}
+
+// Cluster mode on a one-node Redis Cluster that owns every slot: the
+// cluster client, slot routing of entries, locks and the budget script.
+func TestFleetClusterMode(t *testing.T) {
+	rdb := newRedis(t)
+	rdb.extra = []string{"--cluster-enabled", "yes", "--cluster-config-file", t.TempDir() + "/nodes.conf"}
+	rdb.start()
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	ctx := context.Background()
+	if err := rc.Do(ctx, rc.B().ClusterAddslotsrange().StartSlotEndSlot().StartSlotEndSlot(0, 16383).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	untilTrue(t, 10*time.Second, "the cluster to be ok", func() bool {
+		info, _ := rc.Do(ctx, rc.B().ClusterInfo().Build()).ToString()
+		return strings.Contains(info, "cluster_state:ok")
+	})
+
+	h, edges := newFleet(t, rdb, 2, func(c *config.Config, _ *sim.Config) {
+		c.Shared.RedisCluster = true
+		c.Upstream.Rate, c.Upstream.Burst = 50, 50
+	})
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=25"
+	if r := edges[0].get(target); r.status != 200 {
+		t.Fatalf("fill: %d %s", r.status, r.body)
+	}
+	if r := edges[1].get(target); !strings.Contains(r.header["Cache-Status"], "detail=shared") {
+		t.Fatalf("not shared in cluster mode: %q", r.header["Cache-Status"])
+	}
+	if n := h.upstreamCalls(); n != 1 {
+		t.Fatalf("%d upstream calls, want 1", n)
+	}
+	if edges[0].sharedCount("rate", "ok") != 1 || edges[0].sharedCount("lock", "ok") == 0 {
+		logShared(t, edges)
+		t.Fatal("the filling node did not take the shared budget and lock")
+	}
+	for i, e := range edges {
+		failed := 0.0
+		for _, op := range []string{"get", "set", "lock", "rate"} {
+			failed += e.sharedCount(op, "error") + e.sharedCount(op, "timeout")
+		}
+		if failed > 0 || testutil.ToFloat64(e.m.SharedUp) != 1 {
+			logShared(t, edges)
+			t.Fatalf("edge %d: shared tier failed in cluster mode", i)
+		}
+	}
+	// A key and its lock hash to one slot (their common hash tag).
+	keys, _ := rc.Do(ctx, rc.B().Keys().Pattern(h.cfg.Shared.Prefix+"{*}").Build()).AsStrSlice()
+	if len(keys) != 1 {
+		t.Fatalf("entries: %v", keys)
+	}
+	slot := func(k string) int64 {
+		n, err := rc.Do(ctx, rc.B().ClusterKeyslot().Key(k).Build()).AsInt64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if a, b := slot(keys[0]), slot(keys[0]+":lock"); a != b {
+		t.Fatalf("entry in slot %d, its lock in slot %d", a, b)
+	}
+}
+
+// L2 hit against L1 hit: the same request on an edge in fleet mode, served
+// from its Ristretto, or (the key deleted from Ristretto before each
+// request) from Redis. The difference is what the shared tier adds to a
+// request that another node has filled.
+//
+//	go test -run '^$' -bench 'L[12]Hit' -benchmem ./proxy
+func BenchmarkL1Hit(b *testing.B) { benchmarkTierHit(b, false) }
+func BenchmarkL2Hit(b *testing.B) { benchmarkTierHit(b, true) }
+
+func benchmarkTierHit(b *testing.B, fromRedis bool) {
+	rdb := startRedis(b)
+	_, edges := newFleet(b, rdb, 1)
+	e := edges[0]
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
+	if r := e.get(target); r.status != 200 {
+		b.Fatalf("warm: %d %s", r.status, r.body)
+	}
+	u, _ := url.Parse(target)
+	var args fasthttp.Args
+	args.Parse(u.RawQuery)
+	var q query
+	if err := q.parse(routeByPath([]byte(u.Path)), &args, e.p.settings.Load().chains); err != nil {
+		b.Fatal(err)
+	}
+	key := string(q.key)
+	if e.cache.GetString(key) == nil {
+		b.Fatalf("key %q not in the cache after warming", key)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI(target)
+	ctx.Request.Header.SetMethod("GET")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if fromRedis {
+			e.cache.Del(key)
+		}
+		ctx.Response.Reset()
+		e.p.Handle(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+	b.StopTimer()
+	if fromRedis && !strings.Contains(string(ctx.Response.Header.Peek("Cache-Status")), "shared") {
+		b.Fatalf("not served from Redis: %s", ctx.Response.Header.Peek("Cache-Status"))
+	}
+}
+
+func logShared(t testing.TB, edges []*fleetEdge) {
+	for i, e := range edges {
+		var b strings.Builder
+		for _, op := range []string{"get", "set", "lock", "rate"} {
+			for _, o := range []string{"ok", "miss", "error", "timeout"} {
+				if v := e.sharedCount(op, o); v > 0 {
+					fmt.Fprintf(&b, " %s/%s=%v", op, o, v)
+				}
+			}
+		}
+		t.Logf("edge %d:%s", i, b.String())
+	}
+}
