@@ -70,7 +70,7 @@ func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.D
 		zw.Close()
 		gzipWriters.Put(zw)
 		if b.Len() < len(body) {
-			e.Gzip = b.Bytes()
+			e.Gzip = bytes.Clone(b.Bytes()) // exact size: the buffer grew with slack
 		}
 	}
 	return e
