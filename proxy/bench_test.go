@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -30,4 +32,36 @@ func BenchmarkHit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkHitManyKeys cycles through 4000 cached answers (block lists and
+// block transactions of 2000 done heights), as bench/compare's many-keys
+// workload does: the cache lookup and the body leave the CPU caches.
+func BenchmarkHitManyKeys(b *testing.B) {
+	h := newHarness(b)
+	h.get("/api/v5/chainx/block/block-list?chainShortName=chainx") // learn the finalized height
+	final := h.p.FinalHeight("CHAINX")
+	var uris []string
+	for i := int64(0); i < 2000; i++ {
+		uris = append(uris,
+			fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=17&height=%d", final-i),
+			fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&limit=20&height=%d", final-i))
+	}
+	for _, u := range uris {
+		if r := h.get(u); r.status != 200 {
+			b.Fatalf("warm %s: %d", u, r.status)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var ctx fasthttp.RequestCtx
+	for i := 0; b.Loop(); i++ {
+		ctx.Request.Reset()
+		ctx.Response.Reset()
+		ctx.Request.SetRequestURI(uris[i%len(uris)])
+		h.p.Handle(&ctx)
+		if ctx.Response.StatusCode() != 200 || !strings.HasPrefix(string(ctx.Response.Header.Peek("Cache-Status")), "explorer-edge; hit") {
+			b.Fatalf("not a hit: %d %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("Cache-Status"))
+		}
+	}
 }
