@@ -143,30 +143,15 @@ func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harne
 func startFleetEdge(base *harness) *fleetEdge {
 	t := base.t
 	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
-	h := e.harness
-	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.cache = c
-	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
-	h.m.RegisterShared()
-	if e.shared, err = fleet.New(fleet.ConfigOf(h.cfg), h.m, nil); err != nil {
-		t.Fatal(err)
-	}
-	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Tier: e.shared, Budget: e.shared.Budget()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.addr = ln.Addr().String()
-	h.srv = h.p.NewServer(h.cfg.Server)
-	go h.srv.Serve(ln)
-	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
-	t.Cleanup(func() { h.srv.Shutdown(); e.shared.Close(); c.Close() })
+	e.harness.startWith(func(o *Options) func() {
+		o.Metrics.RegisterShared()
+		var err error
+		if e.shared, err = fleet.New(fleet.ConfigOf(e.cfg), o.Metrics, nil); err != nil {
+			t.Fatal(err)
+		}
+		o.Tier, o.Budget = e.shared, e.shared.Budget()
+		return func() { e.shared.Close() }
+	})
 	return e
 }
 

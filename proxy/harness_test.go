@@ -121,7 +121,11 @@ func newHarnessWrapped(t testing.TB, wrap func(http.Handler) http.Handler, opts 
 }
 
 // start builds and serves an edge for h.cfg.
-func (h *harness) start() {
+func (h *harness) start() { h.startWith(nil) }
+
+// startWith is start with extend adding to the edge's options (the fleet
+// tests give it a shared tier); the function extend returns runs at cleanup.
+func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	t := h.t
 	if err := h.cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
@@ -132,7 +136,12 @@ func (h *harness) start() {
 	}
 	h.cache = c
 	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
-	h.p, err = New(h.cfg, Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Logger: h.log})
+	o := Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Logger: h.log}
+	cleanup := func() {}
+	if extend != nil {
+		cleanup = extend(&o)
+	}
+	h.p, err = New(h.cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +153,7 @@ func (h *harness) start() {
 	h.srv = h.p.NewServer(h.cfg.Server)
 	go h.srv.Serve(ln)
 	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
-	t.Cleanup(func() { h.srv.Shutdown(); c.Close() })
+	t.Cleanup(func() { h.srv.Shutdown(); cleanup(); c.Close() })
 }
 
 // resp is a response as a client saw it.
