@@ -1,6 +1,7 @@
 package config
 
 import (
+	yaml "go.yaml.in/yaml/v3"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,5 +114,37 @@ func TestShippedConfigIsValid(t *testing.T) {
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The Kubernetes ConfigMap carries a config.yaml of its own; it must load
+// and validate once the Secret's credentials are in the environment.
+func TestDeployConfigMapIsValid(t *testing.T) {
+	raw, err := os.ReadFile("../deploy/k8s/configmap.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(raw, &cm); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDGE_UPSTREAM__API_KEY", "k")
+	t.Setenv("EDGE_UPSTREAM__SECRET_KEY", "s")
+	t.Setenv("EDGE_UPSTREAM__PASSPHRASE", "p")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Shared.RedisAddr == "" {
+		t.Fatal("the fleet ConfigMap does not turn on fleet mode")
 	}
 }
