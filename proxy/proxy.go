@@ -260,6 +260,8 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 		result, st = metrics.ResultCollapsed, statusCollapsed
 	} else if a.shared {
 		result, st = metrics.ResultHit, statusSharedHit
+	} else if a.cached {
+		result, st = metrics.ResultHit, statusHit
 	}
 	if a.entry != nil {
 		if !a.stored && st == statusMiss {
@@ -294,6 +296,7 @@ type answer struct {
 	entry  *cache.Entry // a success (code "0")
 	stored bool         // entry was cached
 	shared bool         // entry came from the shared tier, not the upstream
+	cached bool         // entry was already fresh in the cache (the recheck in fill)
 	status int          // pass-through: upstream status, code and body
 	code   string
 	body   []byte
@@ -320,7 +323,7 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
 	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
-		return &answer{entry: e, stored: true}, nil
+		return &answer{entry: e, stored: true, cached: true}, nil
 	}
 	if p.tier != nil {
 		if e := p.tier.Get(key, p.clock()); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
