@@ -40,9 +40,10 @@ const gzipMin = 512
 // the struct, the Ristretto item and its map slot.
 const entryOverhead = 256
 
-// NewEntry builds an entry from an upstream body it copies (fasthttp reuses
-// its buffers), compressing once here instead of per request.
-func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
+// NewItem builds an entry from a body it copies (fasthttp reuses its
+// buffers), without a gzip copy: for bodies never sent alone, such as the
+// records of one hash that batch answers are assembled from.
+func NewItem(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
 	e := &Entry{
 		Key:                  key,
 		Body:                 bytes.Clone(body),
@@ -61,15 +62,22 @@ func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.D
 	e.ETag = append(e.ETag, '"')
 	e.ETag = hex.AppendEncode(e.ETag, raw[:])
 	e.ETag = append(e.ETag, '"')
-	if len(body) >= gzipMin {
+	return e
+}
+
+// NewEntry is NewItem plus the gzip copy, compressed once here instead of
+// per request.
+func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
+	e := NewItem(key, body, class, stored, ttl, swr, sie)
+	if len(e.Body) >= gzipMin {
 		var b bytes.Buffer
-		b.Grow(len(body) / 3)
+		b.Grow(len(e.Body) / 3)
 		zw := gzipWriters.Get().(*gzip.Writer)
 		zw.Reset(&b)
-		zw.Write(body)
+		zw.Write(e.Body)
 		zw.Close()
 		gzipWriters.Put(zw)
-		if b.Len() < len(body) {
+		if b.Len() < len(e.Body) {
 			e.Gzip = bytes.Clone(b.Bytes()) // exact size: the buffer grew with slack
 		}
 	}

@@ -56,7 +56,7 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 }
 
 // serveBatch answers a per-hash route from the item cache and the batcher.
-func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, _ *cache.Entry, start, now time.Time) {
+func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, start, now time.Time) {
 	chain := string(q.chain)
 	n := q.nHashes
 	items := make([]*cache.Entry, n)
@@ -281,9 +281,8 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		if len(recs) > 0 {
 			class = classifyCross(p, nil, wrapData(recs))
 		}
-		e := cache.NewEntry(hashKey(g.chain, h), recs, class, now, p.ttlFor(s, r, class),
+		e := cache.NewItem(hashKey(g.chain, h), recs, class, now, p.ttlFor(s, r, class),
 			s.cfg.Cache.StaleWhileRevalidate, s.cfg.Cache.StaleIfError)
-		e.Gzip = nil // item bodies are fragments, never sent alone
 		p.cache.Set(e, now)
 		if p.tier != nil {
 			p.tier.Set(e, now)
