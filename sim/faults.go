@@ -19,7 +19,7 @@ import (
 //
 //	{"route":"", "latency":"0s", "jitter":"0s", "http500":0, "http429":0,
 //	 "retry_after":1, "envelope":0, "envelope_code":"50026", "hang":0,
-//	 "drop":0, "malformed":0, "truncated":0}
+//	 "drop":0, "malformed":0, "truncated":0, "oversized":0, "oversized_bytes":0}
 type Faults struct {
 	Route        string        // one route name, or "" for all six
 	Latency      time.Duration // added before every answer of the route
@@ -33,6 +33,10 @@ type Faults struct {
 	Drop         float64       // close the connection without answering
 	Malformed    float64       // HTTP 200 with a body that is not JSON
 	Truncated    float64       // HTTP 200, the JSON cut in half (Content-Length matches the cut)
+	Oversized    float64       // HTTP 200, the real JSON led by spaces up to OversizedBytes
+	// OversizedBytes is the size of an oversized answer; 0 means 9 MiB,
+	// beyond explorer-edge's default upstream.max_response_bytes of 8 MiB.
+	OversizedBytes int
 }
 
 type faultsJSON struct {
@@ -48,6 +52,8 @@ type faultsJSON struct {
 	Drop         float64 `json:"drop"`
 	Malformed    float64 `json:"malformed"`
 	Truncated    float64 `json:"truncated"`
+	Oversized    float64 `json:"oversized"`
+	OversizedB   int     `json:"oversized_bytes"`
 }
 
 // MarshalJSON writes durations as Go duration strings.
@@ -55,6 +61,7 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		f.Route, f.Latency.String(), f.Jitter.String(), f.HTTP500, f.HTTP429, f.RetryAfter,
 		f.Envelope, f.EnvelopeCode, f.Hang, f.Drop, f.Malformed, f.Truncated,
+		f.Oversized, f.OversizedBytes,
 	})
 }
 
@@ -82,12 +89,13 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.Route, out.HTTP500, out.HTTP429, out.RetryAfter = j.Route, j.HTTP500, j.HTTP429, j.RetryAfter
 	out.Envelope, out.EnvelopeCode, out.Hang, out.Drop = j.Envelope, j.EnvelopeCode, j.Hang, j.Drop
 	out.Malformed, out.Truncated = j.Malformed, j.Truncated
+	out.Oversized, out.OversizedBytes = j.Oversized, j.OversizedB
 	*f = out
 	return nil
 }
 
 func (f Faults) fractions() []float64 {
-	return []float64{f.HTTP500, f.HTTP429, f.Envelope, f.Hang, f.Drop, f.Malformed, f.Truncated}
+	return []float64{f.HTTP500, f.HTTP429, f.Envelope, f.Hang, f.Drop, f.Malformed, f.Truncated, f.Oversized}
 }
 
 // Validate reports every problem of f at once.
@@ -108,8 +116,11 @@ func (f Faults) Validate() error {
 	if f.RetryAfter < 0 {
 		errs = append(errs, errors.New("retry_after must not be negative"))
 	}
+	if f.OversizedBytes < 0 || f.OversizedBytes > 1<<30 {
+		errs = append(errs, errors.New("oversized_bytes must be in [0, 1 GiB]"))
+	}
 	sum := 0.0
-	names := []string{"http500", "http429", "envelope", "hang", "drop", "malformed", "truncated"}
+	names := []string{"http500", "http429", "envelope", "hang", "drop", "malformed", "truncated", "oversized"}
 	for i, v := range f.fractions() {
 		if v < 0 || v > 1 || v != v {
 			errs = append(errs, fmt.Errorf("%s = %v is not a fraction in [0, 1]", names[i], v))
@@ -130,8 +141,11 @@ func (f Faults) normalized() Faults {
 	if f.EnvelopeCode == "" {
 		f.EnvelopeCode = codeServer
 	}
+	if f.OversizedBytes <= 0 {
+		f.OversizedBytes = 9 << 20
+	}
 	f.Latency, f.Jitter = max(f.Latency, 0), max(f.Jitter, 0)
-	for _, p := range []*float64{&f.HTTP500, &f.HTTP429, &f.Envelope, &f.Hang, &f.Drop, &f.Malformed, &f.Truncated} {
+	for _, p := range []*float64{&f.HTTP500, &f.HTTP429, &f.Envelope, &f.Hang, &f.Drop, &f.Malformed, &f.Truncated, &f.Oversized} {
 		if !(*p >= 0) { // also NaN
 			*p = 0
 		}
@@ -149,6 +163,7 @@ const (
 	faultDrop
 	faultMalformed
 	faultTruncated
+	faultOversized
 	faultNone
 )
 

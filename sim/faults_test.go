@@ -64,6 +64,12 @@ func TestFaultKinds(t *testing.T) {
 				t.Errorf("not the start of the real answer: %.80s", body)
 			}
 		}},
+		{"oversized", Faults{Oversized: 1, OversizedBytes: 100 << 10}, func(t *testing.T, resp *http.Response, body []byte, err error) {
+			var v struct{ Code string }
+			if err != nil || resp.StatusCode != 200 || len(body) != 100<<10 || json.Unmarshal(body, &v) != nil || v.Code != "0" {
+				t.Errorf("got %v %v, %d bytes, code %q", status(resp), err, len(body), v.Code)
+			}
+		}},
 		{"none for another route", Faults{Route: RouteTransactionMulti, HTTP500: 1}, func(t *testing.T, resp *http.Response, body []byte, err error) {
 			if err != nil || resp.StatusCode != 200 || envelopeCode(body) != "0" {
 				t.Errorf("got %v %v %s", status(resp), err, body)
@@ -173,7 +179,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
-	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0}`
+	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184}`
 	if got := strings.TrimSpace(string(send("GET", "").body)); got != want {
 		t.Errorf("GET /sim/faults\n got %s\nwant %s", got, want)
 	}
@@ -190,7 +196,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a := send("DELETE", ""); a.status != 200 {
 		t.Fatalf("DELETE: %d", a.status)
 	}
-	if f := s.Faults(); f != (Faults{RetryAfter: 1, EnvelopeCode: "50026"}) {
+	if f := s.Faults(); f != (Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20}) {
 		t.Errorf("after DELETE: %+v", f)
 	}
 

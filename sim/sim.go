@@ -13,6 +13,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -286,6 +287,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		status, body = http.StatusOK, []byte(`{"code":"0","msg":"","data":[{"page":"1" "limit":}`)
 	case faultTruncated:
 		status, body = http.StatusOK, body[:len(body)/2]
+	case faultOversized:
+		pad := max(f.OversizedBytes-len(body), 0)
+		status, body = http.StatusOK, append(bytes.Repeat([]byte{' '}, pad), body...)
 	}
 	writeJSON(w, status, body)
 }

@@ -38,6 +38,7 @@ func run(args []string) error {
 	pending := fs.Int("pending-depth", 2, "newest blocks still pending (0 for none)")
 	seed := fs.Int64("seed", 0, "seed of all synthetic content")
 	chains := fs.String("chains", strings.Join(sim.DefaultChains(), ","), "comma-separated chainShortName values served")
+	frozen := fs.String("frozen-at", "", "RFC 3339 time the chain's clock stands still at (empty: the chain follows real time)")
 	verbose := fs.Bool("v", false, "log every auth rejection and fault change at debug level")
 
 	var f sim.Faults
@@ -53,6 +54,8 @@ func run(args []string) error {
 	fs.Float64Var(&f.Drop, "fault-drop", 0, "fraction of connections dropped without an answer")
 	fs.Float64Var(&f.Malformed, "fault-malformed", 0, "fraction of answers whose body is not JSON")
 	fs.Float64Var(&f.Truncated, "fault-truncated", 0, "fraction of answers cut in half")
+	fs.Float64Var(&f.Oversized, "fault-oversized", 0, "fraction of answers padded to -fault-oversized-bytes")
+	fs.IntVar(&f.OversizedBytes, "fault-oversized-bytes", 9<<20, "size of oversized answers")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,6 +64,14 @@ func run(args []string) error {
 	}
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("fault flags: %w", err)
+	}
+	var now func() time.Time
+	if *frozen != "" {
+		at, err := time.Parse(time.RFC3339, *frozen)
+		if err != nil {
+			return fmt.Errorf("-frozen-at: %w", err)
+		}
+		now = func() time.Time { return at }
 	}
 	if *pending == 0 {
 		*pending = -1 // sim.Config: 0 means the default, negative means none
@@ -80,6 +91,7 @@ func run(args []string) error {
 		Seed:          *seed,
 		Chains:        strings.Split(*chains, ","),
 		Faults:        f,
+		Now:           now,
 		Logger:        logger,
 	}, *listen)
 	if err != nil {
@@ -92,7 +104,7 @@ func run(args []string) error {
 	} else {
 		fmt.Printf("account: api key %s (secret key and passphrase as given)\n", creds.APIKey)
 	}
-	if f != (sim.Faults{RetryAfter: 1, EnvelopeCode: "50026"}) {
+	if f != (sim.Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20}) {
 		js, _ := json.Marshal(s.Faults())
 		fmt.Printf("faults: %s\n", js)
 	}
