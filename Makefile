@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test vet bench bench-compare bench-replay fuzz clean
+.PHONY: build run test vet bench bench-compare bench-replay fuzz soak clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -33,6 +33,12 @@ bench-replay:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParams -fuzztime 30s ./proxy
+
+# The soak: explorer-sim with faults and explorer-edge under mixed load for
+# SOAK_DURATION; every answer is checked. See README "Reliability".
+SOAK_DURATION ?= 60s
+soak: build
+	$(GO) run ./bench/soak -duration $(SOAK_DURATION)
 
 clean:
 	rm -rf $(BIN)
