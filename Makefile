@@ -31,8 +31,16 @@ bench-compare: build
 bench-replay:
 	$(GO) run ./bench/replay
 
+# Every fuzz target for FUZZTIME each (CI: 15s; the hardening runs used 10m).
+# Seed corpora live in testdata/fuzz/<target>/ beside each package.
+FUZZTIME ?= 60s
+FUZZ_TARGETS := proxy:FuzzParams proxy:FuzzVerify proxy:FuzzUpstreamAnswer config:FuzzConfig signer:FuzzParseTimestamp
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParams -fuzztime 30s ./proxy
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t#*:}; \
+	  echo "== $$name ($$pkg, $(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done
 
 # The soak: explorer-sim with faults and explorer-edge under mixed load for
 # SOAK_DURATION; every answer is checked. See README "Reliability".

@@ -249,27 +249,14 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		}
 		return
 	}
-	records := make(map[string][]byte, len(ask))
-	for _, i := range ask {
-		records[g.hashes[i]] = nil
+	asked := make([]string, len(ask))
+	for j, i := range ask {
+		asked[j] = g.hashes[i]
 	}
-	unmapped := false
-	jsonparser.ArrayEach(body, func(rec []byte, t jsonparser.ValueType, _ int, _ error) {
-		id, _ := jsonparser.GetString(rec, "id")
-		id = strings.ToLower(strings.TrimSpace(id))
-		buf, ok := records[id]
-		if !ok || t != jsonparser.Object {
-			unmapped = true
-			return
-		}
-		if len(buf) > 0 {
-			buf = append(buf, ',')
-		}
-		records[id] = append(buf, rec...)
-	}, "data")
-	if unmapped {
+	records, err := splitRecords(body, asked)
+	if err != nil {
 		for _, i := range ask {
-			finish(i, nil, nil, errUnmapped)
+			finish(i, nil, nil, err)
 		}
 		return
 	}
@@ -289,6 +276,35 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		}
 		finish(i, recs, e, nil)
 	}
+}
+
+// splitRecords files the records of a transaction-multi answer under the
+// hashes asked: each hash gets its records as comma-separated JSON objects
+// (nil: none). A record that is not an object or whose id is not a hash
+// asked is errUnmapped, and nothing is filed.
+func splitRecords(body []byte, asked []string) (map[string][]byte, error) {
+	records := make(map[string][]byte, len(asked))
+	for _, h := range asked {
+		records[h] = nil
+	}
+	unmapped := false
+	_, err := jsonparser.ArrayEach(body, func(rec []byte, t jsonparser.ValueType, _ int, _ error) {
+		id, _ := jsonparser.GetString(rec, "id")
+		id = strings.ToLower(strings.TrimSpace(id))
+		buf, ok := records[id]
+		if !ok || t != jsonparser.Object {
+			unmapped = true
+			return
+		}
+		if len(buf) > 0 {
+			buf = append(buf, ',')
+		}
+		records[id] = append(buf, rec...)
+	}, "data")
+	if unmapped || (err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError)) {
+		return nil, errUnmapped
+	}
+	return records, nil
 }
 
 // wrapData makes records an envelope for the classifier.

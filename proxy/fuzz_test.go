@@ -2,12 +2,15 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 )
@@ -121,3 +124,166 @@ func (nopStats) Bytes() int64     { return 0 }
 func (nopStats) Entries() int64   { return 0 }
 func (nopStats) Evictions() int64 { return 0 }
 func (nopStats) MaxBytes() int64  { return 0 }
+
+// Hashes FuzzUpstreamAnswer asks per-hash answers for.
+var fuzzAsked = []string{
+	"0x" + strings.Repeat("a1", 32),
+	"0x" + strings.Repeat("b2", 32),
+	"0x" + strings.Repeat("c3", 32),
+}
+
+// FuzzUpstreamAnswer feeds arbitrary bytes as the upstream's answer to each
+// route, through the whole store path (envelope check, TTL classification,
+// entry and gzip) and through the per-hash splitting of transaction-multi.
+// Properties: nothing panics; only a whole JSON envelope of code "0" is
+// cached, byte for byte; anything else is passed through or a 50026; a
+// per-hash record is filed only under the hash its id names, and either
+// every record of the answer is filed or none is.
+func FuzzUpstreamAnswer(f *testing.F) {
+	cfg := config.Default()
+	cfg.Upstream.APIKey, cfg.Upstream.SecretKey, cfg.Upstream.Passphrase = "k", "s", "p"
+	cfg.Upstream.BaseURL = "http://127.0.0.1:1"
+	c, err := cache.New(cache.Config{MaxBytes: 8 << 20})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer c.Close()
+	p, err := New(cfg, Options{Cache: c, Metrics: metrics.New(RouteNames(), cfg.Chains, c)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := p.settings.Load()
+	raw := [numRoutes]string{
+		"chainShortName=chainx&tokenContractAddress=0x" + strings.Repeat("1", 40),
+		"chainShortName=chainx&height=100",
+		"chainShortName=chainx&height=100",
+		"chainShortName=chainx&txId=" + strings.Join(fuzzAsked, ","),
+		"chainShortName=chainx&txid=" + fuzzAsked[0],
+		"chainShortName=chainx&txId=" + fuzzAsked[1],
+	}
+	var keys [numRoutes]string
+	for i := range routes {
+		var args fasthttp.Args
+		args.Parse(raw[i])
+		var q query
+		if err := q.parse(&routes[i], &args, s.chains); err != nil {
+			f.Fatalf("%s: %v", routes[i].name, err)
+		}
+		keys[i] = string(q.key)
+	}
+	rec := func(id, status string) string {
+		return `{"id":"` + id + `","status":"` + status + `","fromChain":"CHAINX"}`
+	}
+	for _, body := range []string{
+		`{"code":"0","msg":"","data":[]}`,
+		`{"code":"0","msg":"","data":[` + rec(fuzzAsked[0], "done") + `,` + rec(strings.ToUpper(fuzzAsked[1]), "") + `]}`,
+		`{"code":"0","msg":"","data":[` + rec(" "+fuzzAsked[2]+" ", "done") + `,` + rec(fuzzAsked[2], "done") + `]}`,
+		`{"code":"0","msg":"","data":[` + rec("0x"+strings.Repeat("d", 64), "done") + `]}`,
+		`{"code":"0","msg":"","data":[1,"x",null]}`,
+		`{"code":"0","msg":"","data":[{"page":"1","limit":"20","totalPage":"1","chainFullName":"X","chainShortName":"CHAINX","blockList":[{"height":"100","state":"done"},{"height":"99","state":"pending"}]}]}`,
+		`{"code":"0","msg":"","data":[{"transactionList":[{"height":"7"}],"internalTransactionDetails":[]}]}`,
+		`{"code":"50026","msg":"System error","data":[]}`,
+		`{"code":50026,"msg":"numeric","data":[]}`,
+		`{"code":"0","msg":"","data":{}}`,
+		`{"code":"0","msg":"","data":[{"page":"1" "limit":}`,
+		`{"code":"0","msg":"","data":[{"blockList":[{"height":"1`,
+		"  \n" + `{"code":"0","data":[]}`,
+		``,
+		`null`,
+	} {
+		f.Add(uint8(0), []byte(body))
+		f.Add(uint8(routeBlockList), []byte(body))
+		f.Add(uint8(routeTransactionMulti), []byte(body))
+	}
+	f.Fuzz(func(t *testing.T, ri uint8, body []byte) {
+		r := &routes[int(ri)%len(routes)]
+		code, codeErr := envelopeCode(body)
+		if codeErr == nil && code == "0" && !json.Valid(body) {
+			t.Fatalf("code 0 for invalid JSON %q", body)
+		}
+		a, err := p.store(s, r, keys[r.id], fasthttp.StatusOK, body)
+		switch {
+		case err != nil:
+			var e *Error
+			if !errors.As(err, &e) || e.Code != "50026" || codeErr == nil {
+				t.Fatalf("store error %v for an answer envelopeCode accepts (%q)", err, code)
+			}
+		case a.entry != nil:
+			if code != "0" || !bytes.Equal(a.entry.Body, body) {
+				t.Fatalf("cached an answer of code %q, or not as it came", code)
+			}
+			if a.entry.Class > cache.Negative {
+				t.Fatalf("class %v", a.entry.Class)
+			}
+		default:
+			if code == "0" || !bytes.Equal(a.body, body) {
+				t.Fatalf("passed through code %q", code)
+			}
+		}
+		if !json.Valid(body) {
+			splitRecords(body, fuzzAsked) // must not panic; the edge never calls it so
+			return
+		}
+		records, err := splitRecords(body, fuzzAsked)
+		if err != nil {
+			if !errors.Is(err, errUnmapped) {
+				t.Fatalf("split: %v", err)
+			}
+			return
+		}
+		filed := 0
+		for _, h := range fuzzAsked {
+			recs, ok := records[h]
+			if !ok {
+				t.Fatalf("hash %s missing from the split", h)
+			}
+			if recs == nil {
+				continue
+			}
+			var objs []map[string]any
+			if err := json.Unmarshal(wrapData(recs)[len(`{"data":`):len(wrapData(recs))-1], &objs); err != nil {
+				t.Fatalf("records of %s are not JSON objects: %q", h, recs)
+			}
+			for _, o := range objs {
+				id, _ := o["id"].(string)
+				if strings.ToLower(strings.TrimSpace(id)) != h {
+					t.Fatalf("record with id %q filed under %s", id, h)
+				}
+			}
+			filed += len(objs)
+			classifyCross(p, nil, wrapData(recs))
+		}
+		if n, ok := countData(body); ok && filed != n {
+			t.Fatalf("filed %d of %d records", filed, n)
+		}
+	})
+}
+
+// countData counts the elements of the first top-level "data" array of a
+// valid JSON document, matching the key exactly as the edge's scanner does
+// (encoding/json's Unmarshal would fold case and take the last duplicate).
+func countData(body []byte) (int, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return 0, false
+		}
+		if k != "data" {
+			continue
+		}
+		var elems []json.RawMessage
+		if err := json.Unmarshal(v, &elems); err != nil {
+			return 0, false
+		}
+		return len(elems), true
+	}
+	return 0, false
+}
