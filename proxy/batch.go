@@ -240,7 +240,7 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 			err = errMalformed.with(err, 0)
 		} else if code != "0" || status != fasthttp.StatusOK {
 			msg, _ := jsonparser.GetString(body, "msg")
-			err = &Error{Status: status, Code: code, Msg: msg}
+			err = &Error{Status: status, Code: code, Msg: msg, reason: reasonEnvelope}
 		}
 	}
 	if err != nil {

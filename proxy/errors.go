@@ -63,6 +63,9 @@ var (
 	errTimeout     = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", reason: "timeout"}
 )
 
+// reasonEnvelope: the upstream answered an error envelope (a code other than "0").
+const reasonEnvelope = "upstream-envelope"
+
 // with returns a copy of e carrying cause and, if > 0, a Retry-After.
 func (e *Error) with(cause error, retryAfter int) *Error {
 	c := *e

@@ -271,8 +271,14 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 		p.done(ctx, id, result, start)
 		return
 	}
-	// An upstream envelope with a code other than "0": passed through as it
-	// came, never cached.
+	// An upstream envelope with a code other than "0" is the upstream
+	// failing: a copy within stale_if_error stands in for it, as for any
+	// other failure. Without one it is passed through as it came, never cached.
+	if old.UsableOnError(now.UnixNano()) {
+		p.writeEntry(ctx, q, old, now, statusStaleEnvelope)
+		p.done(ctx, id, metrics.ResultStaleError, start)
+		return
+	}
 	ctx.SetStatusCode(a.status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)

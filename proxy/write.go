@@ -43,6 +43,7 @@ var (
 	statusMissNotStored   = cacheStatus{"explorer-edge; fwd=miss", false, ""}
 	statusCollapsed       = cacheStatus{"explorer-edge; fwd=miss; collapsed", true, ""}
 	statusPartial         = cacheStatus{"explorer-edge; fwd=partial; stored", true, ""}
+	statusStaleEnvelope   = cacheStatus{"explorer-edge; hit", true, "stale-if-error-" + reasonEnvelope}
 )
 
 // staleErrorStatus names, in the detail, why a stale copy was served.
