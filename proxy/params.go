@@ -36,9 +36,14 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 	k := append(q.key[:0], r.path...)
 	sep := byte('?')
 	page, limit := int64(1), int64(0)
+	present := 0
 	for i := range r.params {
 		p := &r.params[i]
-		v := bytes.TrimSpace(args.Peek(p.name))
+		raw := args.Peek(p.name)
+		if raw != nil {
+			present++
+		}
+		v := bytes.TrimSpace(raw)
 		if len(v) == 0 {
 			if p.required {
 				return errMissing(p.name)
@@ -85,12 +90,48 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 		}
 	}
 	q.key = k
+	// More arguments than parameters found: unknown ones (dropped) or a
+	// parameter given twice. Twice with different values is ambiguous (other
+	// servers take the last), so it is refused rather than guessed.
+	if args.Len() > present {
+		if err := conflicting(r, args, chains, k); err != nil {
+			return err
+		}
+	}
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
 	if r.window > 0 && limit > 0 && (page-1)*limit >= int64(r.window) {
 		return errInvalid("page", "page starts beyond the reachable 10000 rows")
 	}
 	return nil
+}
+
+// conflicting finds a route parameter given again with a value that does
+// not normalize as its first one did (key is the first values' canonical
+// query). Only requests with more arguments than parameters come here.
+func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Error {
+	var err *Error
+	args.VisitAll(func(k, v []byte) {
+		for i := range r.params {
+			p := &r.params[i]
+			if err != nil || p.name != string(k) || bytes.Equal(v, args.Peek(p.name)) {
+				continue
+			}
+			var alt fasthttp.Args // the first values, with v for p
+			for j := range r.params {
+				if o := &r.params[j]; o == p {
+					alt.AddBytesV(o.name, v)
+				} else if x := args.Peek(o.name); x != nil {
+					alt.AddBytesV(o.name, x)
+				}
+			}
+			var q query
+			if e := q.parse(r, &alt, chains); e != nil || !bytes.Equal(q.key, key) {
+				err = errInvalid(p.name, "given more than once with different values")
+			}
+		}
+	})
+	return err
 }
 
 // chainLen is the length of the chain value just appended after '='.

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"fmt"
+	"log/slog"
+
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
@@ -27,5 +30,15 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		NoDefaultContentType:          true,
 		CloseOnShutdown:               true,
 		TCPKeepalive:                  true,
+		Logger:                        connLogger{p.log},
 	}
+}
+
+// connLogger takes fasthttp's messages about clients that broke the
+// protocol (a body too large, a malformed request line, a timeout): they
+// are the clients' doing, so they go to the debug level, not to stderr.
+type connLogger struct{ log *slog.Logger }
+
+func (l connLogger) Printf(format string, args ...any) {
+	l.log.Debug("connection error", "err", fmt.Sprintf(format, args...))
 }

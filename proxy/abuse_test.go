@@ -1,0 +1,256 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+	"explorer-edge/sim"
+)
+
+// rawGet writes request (whole, as bytes) on a new connection and reads
+// the answers to n requests from it, in order.
+func rawExchange(t *testing.T, addr, request string, n int) []*http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out []*http.Response
+	for range n {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d of %d: %v", len(out)+1, n, err)
+		}
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatalf("answer %d body: %v", len(out)+1, err)
+		}
+		res.Body = io.NopCloser(strings.NewReader(string(body)))
+		out = append(out, res)
+	}
+	return out
+}
+
+func readAll(r *http.Response) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
+}
+
+// checkEnvelope: a well-formed error envelope of code, whose msg is valid
+// UTF-8 and names param.
+func checkEnvelope(t *testing.T, what string, status int, body []byte, wantStatus int, code, param string) {
+	t.Helper()
+	var env struct {
+		Code string          `json:"code"`
+		Msg  string          `json:"msg"`
+		Data json.RawMessage `json:"data"`
+	}
+	if status != wantStatus || json.Unmarshal(body, &env) != nil || env.Code != code || string(env.Data) != "[]" ||
+		!utf8.ValidString(env.Msg) || !strings.Contains(env.Msg, param) {
+		t.Errorf("%s: %d %s, want %d code %s naming %s", what, status, body, wantStatus, code, param)
+	}
+}
+
+// Clients that misbehave on purpose get clear errors or are cut off, and
+// the edge keeps answering well-behaved clients with the right data.
+func TestClientAbuse(t *testing.T) {
+	h := newHarness(t, func(c *config.Config, _ *sim.Config) {
+		c.Server.ReadTimeout = time.Second
+		c.Server.IdleTimeout = time.Second
+		c.Server.MaxHeaderBytes = 8192
+	})
+	want := h.reference()
+	const blocks = "/api/v5/chainx/block/block-list"
+	good := blocks + "?chainShortName=CHAINX&limit=2"
+	wellBehaved := func(t *testing.T) {
+		t.Helper()
+		// A new client: its own connection, not one kept from before.
+		hc := &fasthttp.Client{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
+		defer hc.CloseIdleConnections()
+		for i := 0; i < 5; i++ {
+			status, body, err := hc.Get(nil, "http://"+h.addr+good)
+			if err != nil || status != 200 || !sameJSON(body, want(good)) {
+				t.Fatalf("a well-behaved client got %d %v %.200s", status, err, body)
+			}
+		}
+	}
+
+	t.Run("thousands of idle connections", func(t *testing.T) {
+		var silent, kept []net.Conn
+		defer func() {
+			for _, c := range append(silent, kept...) {
+				c.Close()
+			}
+		}()
+		for i := 0; i < 2000; i++ {
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+			silent = append(silent, c)
+		}
+		for i := 0; i < 500; i++ { // one request each, then idle
+			c, err := net.Dial("tcp", h.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kept = append(kept, c)
+			io.WriteString(c, "GET "+good+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		for _, c := range kept {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			res, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("keep-alive request among idle connections: %v", err)
+			}
+		}
+		wellBehaved(t)
+		// Idle connections are closed by the server (read_timeout,
+		// idle_timeout), not held forever.
+		for _, c := range append(silent, kept...) {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatal("an idle connection was never closed by the server")
+				}
+			}
+		}
+		wellBehaved(t)
+	})
+
+	t.Run("invalid UTF-8 and percent-encoding", func(t *testing.T) {
+		for _, c := range []struct {
+			query, param string
+		}{
+			{"chainShortName=%ff%fe", "chainShortName"},
+			{"chainShortName=\xff\xfeX", "chainShortName"},
+			{"chainShortName=CHAINX&limit=%zz", "limit"},
+			{"chainShortName=CHAINX&limit=%", "limit"},
+			{"chainShortName=CHAINX&limit=2%00", "limit"},
+			{"chainShortName=CHAINX&height=%E2%82%AC", "height"},
+			{"chainShortName=CHAINX&height=\xe2\x82", "height"},
+		} {
+			res := rawExchange(t, h.addr, "GET "+blocks+"?"+c.query+" HTTP/1.1\r\nHost: x\r\n\r\n", 1)[0]
+			checkEnvelope(t, c.query, res.StatusCode, readAll(res), 400, "50036", c.param)
+		}
+		// Percent-encoded spellings of a valid query are that query.
+		for _, q := range []string{"chainShortName=CHAIN%58&limit=2", "chain%53hortName=chainx&limit=%32", "chainShortName=%20CHAINX%20&limit=2"} {
+			res := rawExchange(t, h.addr, "GET "+blocks+"?"+q+" HTTP/1.1\r\nHost: x\r\n\r\n", 1)[0]
+			if body := readAll(res); res.StatusCode != 200 || !sameJSON(body, want(good)) {
+				t.Errorf("%s: %d %.200s", q, res.StatusCode, body)
+			}
+		}
+		res := rawExchange(t, h.addr, "GET "+blocks+"%zz?chainShortName=CHAINX HTTP/1.1\r\nHost: x\r\n\r\n", 1)[0]
+		if body := readAll(res); res.StatusCode != 404 || !json.Valid(body) {
+			t.Errorf("path with a bad escape: %d %s", res.StatusCode, body)
+		}
+		wellBehaved(t)
+	})
+
+	t.Run("repeated and conflicting parameters", func(t *testing.T) {
+		for _, q := range []string{"chainShortName=CHAINX&limit=2&limit=2", "chainShortName=CHAINX&chainShortName=chainx&limit=2&limit=%202"} {
+			if r := h.get(blocks + "?" + q); r.status != 200 || !sameJSON(r.body, want(good)) {
+				t.Errorf("%s: %d %.200s", q, r.status, r.body)
+			}
+		}
+		for _, c := range []struct{ target, param string }{
+			{blocks + "?chainShortName=CHAINX&limit=2&limit=3", "limit"},
+			{blocks + "?chainShortName=CHAINX&chainShortName=TRADE_ZONE", "chainShortName"},
+			{blocks + "?chainShortName=CHAINX&limit=2&limit=", "limit"},
+			{"/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + h.sim.CrossHashes("TRADE_ZONE", 1)[0] + "&txId=" + h.sim.UnknownHash(1), "txId"},
+		} {
+			r := h.get(c.target)
+			checkEnvelope(t, c.target, r.status, r.body, 400, "50036", c.param)
+		}
+		wellBehaved(t)
+	})
+
+	t.Run("HTTP/1.0", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET "+good+" HTTP/1.0\r\n\r\n")
+		all, err := io.ReadAll(c) // the server closes after one answer
+		if err != nil {
+			t.Fatalf("HTTP/1.0 connection not closed after the answer: %v", err)
+		}
+		res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(all))), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body := readAll(res); res.StatusCode != 200 || !sameJSON(body, want(good)) {
+			t.Fatalf("HTTP/1.0: %d %.200s", res.StatusCode, body)
+		}
+		wellBehaved(t)
+	})
+
+	t.Run("pipelined", func(t *testing.T) {
+		other := blocks + "?chainShortName=CHAINX&limit=3"
+		reqs := []string{good, blocks + "?chainShortName=CHAINX&limit=999", other, "/nope", good}
+		var w strings.Builder
+		for _, r := range reqs {
+			w.WriteString("GET " + r + " HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		res := rawExchange(t, h.addr, w.String(), len(reqs))
+		for i, r := range []struct {
+			status int
+			body   []byte
+		}{{200, want(good)}, {400, nil}, {200, want(other)}, {404, nil}, {200, want(good)}} {
+			body := readAll(res[i])
+			if res[i].StatusCode != r.status || (r.body != nil && !sameJSON(body, r.body)) || !json.Valid(body) {
+				t.Errorf("pipelined answer %d (%s): %d %.200s", i, reqs[i], res[i].StatusCode, body)
+			}
+		}
+		wellBehaved(t)
+	})
+
+	t.Run("oversized request line and bodies", func(t *testing.T) {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		// Beyond the read buffer (max_header_bytes): refused, never served.
+		io.WriteString(c, "GET "+good+"&x="+strings.Repeat("a", 100<<10)+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if strings.Contains(line, " 200 ") {
+			t.Errorf("a 100 KB request line was served: %q", line)
+		}
+		// A body on a GET and a POST with a large body.
+		res := rawExchange(t, h.addr, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 1)[0]
+		checkEnvelope(t, "POST", res.StatusCode, readAll(res), 405, "50115", "GET")
+		c2, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		c2.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c2, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+		if line, _ := bufio.NewReader(c2).ReadString('\n'); strings.Contains(line, " 200 ") {
+			t.Errorf("a 10 MB body was accepted: %q", line)
+		}
+		wellBehaved(t)
+	})
+}
