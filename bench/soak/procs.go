@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"explorer-edge/sim"
+)
+
+// child is a process the soak started, in a process group of its own, with
+// its output in a file.
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{} // closed when it has exited and been waited for
+	waitErr error
+}
+
+func startChild(name, bin string, args []string, logPath string) (*child, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s (%s): %w", name, bin, err)
+	}
+	c := &child{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		f.Close()
+		close(c.exited)
+	}()
+	return c, nil
+}
+
+func (c *child) alive() bool {
+	select {
+	case <-c.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop ends the child's process group: SIGTERM, then SIGKILL if it is not
+// gone within 5 s. It returns once the child has been waited for.
+func (c *child) stop() {
+	if c == nil || !c.alive() {
+		return
+	}
+	pgid := c.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-c.exited:
+	case <-t.C:
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-c.exited
+	}
+}
+
+// kill ends the child's process group at once.
+func (c *child) kill() {
+	if c == nil || !c.alive() {
+		return
+	}
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	<-c.exited
+}
+
+// freeAddr is a loopback address nothing listens on right now.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// waitReady polls url until it answers 200, the child exits, or 15 s pass.
+func waitReady(ctx context.Context, c *child, url string) error {
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready at %s after 15 s: %v (output in %s)", c.name, url, err, c.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.exited:
+			return fmt.Errorf("%s exited at start: %v (output in %s)", c.name, c.waitErr, c.logPath)
+		case <-tick.C:
+		}
+	}
+}
+
+// The edge's TTLs in the soak: every class of every route between 1 and 4
+// seconds, so that keys go fresh, stale and expired many times a minute.
+var soakTTLs = []struct {
+	route                           string
+	head, final, volatile, negative string
+}{
+	{routePosition, "1s", "2s", "2s", "1s"},
+	{routeBlocks, "1s", "4s", "1s", "1s"},
+	{routeTxList, "1s", "3s", "2s", "1s"},
+	{routeMulti, "1s", "3s", "2s", "1s"},
+	{routeFills, "2s", "3s", "2s", "2s"},
+	{routeInternal, "1s", "4s", "2s", "2s"},
+}
+
+// maxResponseBytes is the edge's upstream.max_response_bytes in the soak;
+// the largest real answer here is about 100 KB (see oversizedBytes).
+const maxResponseBytes = 1 << 20
+
+// edgeConfig is the edge's configuration file for the soak.
+func edgeConfig(listen, admin, upstream string, maxBytes int64) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `# explorer-edge configuration written by bench/soak
+listen: %q
+admin_listen: %q
+upstream:
+  base_url: %q
+  api_key: %q
+  secret_key: %q
+  passphrase: %q
+  timeout: 500ms
+  rate: 5000            # not the bottleneck: the soak tests the edge, not the quota
+  burst: 5000
+  budget_wait: 250ms
+  max_conns: 64
+  max_response_bytes: %d
+  retries: 1
+  retry_backoff: 50ms
+  retry_max_time: 2s
+  breaker_failures: 5
+  breaker_open_for: 1s
+cache:
+  max_bytes: %d
+  stale_while_revalidate: 2s
+  stale_if_error: 6s
+  ttl:
+`, listen, admin, upstream, sim.DemoAPIKey, sim.DemoSecretKey, sim.DemoPassphrase, maxResponseBytes, maxBytes)
+	for _, t := range soakTTLs {
+		fmt.Fprintf(&b, "    %s: {head: %s, final: %s, volatile: %s, negative: %s}\n", t.route, t.head, t.final, t.volatile, t.negative)
+	}
+	b.WriteString("log:\n  level: warn\n  format: json\n")
+	return b.String()
+}
+
+// scanPanics returns the lines of the edge's output that tell of a panic or
+// a fatal runtime error.
+func scanPanics(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	r := bufio.NewReaderSize(f, 1<<16)
+	for {
+		line, err := r.ReadString('\n')
+		if strings.Contains(line, "panic:") || strings.Contains(line, "fatal error:") {
+			out = append(out, strings.TrimSpace(line))
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// TestSoak runs the whole soak for a few seconds against freshly built
+// binaries: the tool keeps working, the edge passes it, and the faults did
+// reach the answers.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries and runs them for about 8 s")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"explorer-edge/cmd/explorer-edge", "explorer-edge/cmd/explorer-sim")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var out bytes.Buffer
+	res, err := run(t.Context(), options{
+		simBin:   filepath.Join(bin, "explorer-sim"),
+		edgeBin:  filepath.Join(bin, "explorer-edge"),
+		duration: 6 * time.Second,
+		rate:     300,
+		workers:  8,
+		phase:    400 * time.Millisecond,
+		targets:  600,
+		maxBytes: 16 << 20,
+		out:      &out,
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.pass {
+		t.Fatalf("soak failed: %s", strings.Join(res.failures, "; "))
+	}
+	ld := res.load
+	if ld.requests.Load() < 500 {
+		t.Errorf("only %d requests in the load", ld.requests.Load())
+	}
+	if n := ld.failures.Load() + ld.envelopes.Load() + ld.staleErr.Load(); n == 0 {
+		t.Errorf("no answer showed a fault (no 5xx, no envelope passed through, no stale-if-error)")
+	}
+	if ld.notModified.Load() == 0 || ld.gzipped.Load() == 0 || ld.status[400].Load() == 0 {
+		t.Errorf("some kind of answer never came: 304 %d, gzip %d, 400 %d", ld.notModified.Load(), ld.gzipped.Load(), ld.status[400].Load())
+	}
+	if len(res.phasesRun) < 10 {
+		t.Errorf("only %d fault phases ran", len(res.phasesRun))
+	}
+}
+
+// TestCheckerCatchesWrongAnswers feeds the checker answers a correct edge
+// could not give, so the soak cannot pass by checking nothing.
+func TestCheckerCatchesWrongAnswers(t *testing.T) {
+	ref := newReference()
+	tgt := func(path string) *target {
+		x := &target{route: routeBlocks, path: path, ref: path}
+		if err := ask(ref, x); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	good := tgt(routePaths[routeBlocks] + "?chainShortName=CHAINX&limit=2")
+	other := tgt(routePaths[routeBlocks] + "?chainShortName=CHAINX&limit=3")
+	invalid := &target{route: routeBlocks, path: routePaths[routeBlocks] + "?limit=2", invalid: true, wantCode: "50014"}
+	envelope := func(code string) []byte {
+		return []byte(`{"code":"` + code + `","msg":"x","data":[]}`)
+	}
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		zw.Write(b)
+		zw.Close()
+		return buf.Bytes()
+	}
+	type answer struct {
+		status  int
+		headers map[string]string
+		body    []byte
+	}
+	ok200 := map[string]string{"ETag": `"e1"`}
+	noStore := map[string]string{"Cache-Control": "no-store"}
+	cases := []struct {
+		name   string
+		t      *target
+		sent   sent
+		faulty bool // a fault was in force
+		a      answer
+		wrong  bool
+	}{
+		{"correct body", good, sent{}, false, answer{200, ok200, good.refBody}, false},
+		{"correct body, gzip", good, sent{gzip: true}, false, answer{200, map[string]string{"ETag": `"e1"`, "Content-Encoding": "gzip"}, gz(good.refBody)}, false},
+		{"gzip not asked for", good, sent{}, false, answer{200, map[string]string{"ETag": `"e1"`, "Content-Encoding": "gzip"}, gz(good.refBody)}, true},
+		{"another target's body", good, sent{}, false, answer{200, ok200, other.refBody}, true},
+		{"same ETag, other body", good, sent{}, false, answer{200, ok200, bytes.Replace(good.refBody, []byte(`"CHAINX"`), []byte(`"chainx"`), 1)}, true},
+		{"no ETag", good, sent{}, false, answer{200, nil, good.refBody}, true},
+		{"304 without If-None-Match", good, sent{}, false, answer{304, map[string]string{"ETag": `"e1"`}, nil}, true},
+		{"304 for a bogus tag", good, sent{inm: `"zz"`, bogus: true}, false, answer{304, map[string]string{"ETag": `"zz"`}, nil}, true},
+		{"304 matching", good, sent{inm: `"e1"`}, false, answer{304, map[string]string{"ETag": `"e1"`}, nil}, false},
+		{"200 although the tag matched", good, sent{inm: `"e1"`}, false, answer{200, ok200, good.refBody}, true},
+		{"503 without a fault", good, sent{}, false, answer{503, noStore, envelope("50001")}, true},
+		{"503 under a fault", good, sent{}, true, answer{503, noStore, envelope("50001")}, false},
+		{"502 with the wrong code", good, sent{}, true, answer{502, noStore, envelope("50001")}, true},
+		{"504 without no-store", good, sent{}, true, answer{504, nil, envelope("50004")}, true},
+		{"error that is no envelope", good, sent{}, true, answer{502, noStore, []byte(`{"code":"50026","msg":"x"}`)}, true},
+		{"429 to the client", good, sent{}, true, answer{429, noStore, envelope("50011")}, true},
+		{"400 for a valid request", good, sent{}, false, answer{400, noStore, envelope("50036")}, true},
+		{"envelope not injected", good, sent{}, true, answer{200, noStore, []byte(`{"code":"50026","msg":"injected error envelope","data":[]}`)}, true},
+		{"invalid, right code", invalid, sent{}, false, answer{400, noStore, envelope("50014")}, false},
+		{"invalid, wrong code", invalid, sent{}, false, answer{400, noStore, envelope("50036")}, true},
+		{"invalid, answered 200", invalid, sent{}, false, answer{200, ok200, good.refBody}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tl := newTimeline()
+			if c.faulty {
+				tl.spans = append(tl.spans, span{from: time.Now().Add(-time.Second), ph: phases[2]})
+			}
+			ck := &checker{t0: time.Now(), tl: tl}
+			// A fresh copy of the target: ETags seen by one case do not leak into another.
+			tc := &target{route: c.t.route, path: c.t.path, invalid: c.t.invalid, wantCode: c.t.wantCode,
+				refStatus: c.t.refStatus, refCode: c.t.refCode, refBody: c.t.refBody}
+			if c.name == "same ETag, other body" {
+				tc.noteETag(`"e1"`, good.refBody)
+				tc.addGood(bytes.Replace(good.refBody, []byte(`"CHAINX"`), []byte(`"chainx"`), 1))
+			}
+			resp := fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseResponse(resp)
+			resp.SetStatusCode(c.a.status)
+			for k, v := range c.a.headers {
+				resp.Header.Set(k, v)
+			}
+			resp.SetBodyRaw(c.a.body)
+			var cnt counts
+			now := time.Now()
+			ck.check(&cnt, nil, tc, c.sent, resp, now, now)
+			if got := cnt.wrong.Load() > 0; got != c.wrong {
+				t.Errorf("wrong = %v, want %v (%v)", got, c.wrong, ck.wrongs)
+			}
+		})
+	}
+}
