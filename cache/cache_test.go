@@ -123,3 +123,53 @@ func TestTTLs(t *testing.T) {
 		t.Fatal("route without TTL accepted")
 	}
 }
+
+// The bytes and entries gauges follow what the cache holds, also when a key
+// is stored again after its keep time passed but before Ristretto's cleanup
+// removed it (Ristretto then replaces the value in place), and they fall to
+// zero once everything has expired and been cleaned up.
+func TestAccountingFollowsReplacementsAndExpiry(t *testing.T) {
+	c, err := New(Config{MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := bytes.Repeat([]byte("y"), 1000)
+	var last []*Entry
+	for round := 0; round < 2; round++ {
+		now := time.Now()
+		last = last[:0]
+		for i := 0; i < 100; i++ {
+			e := NewEntry(fmt.Sprintf("k%d", i), body, Head, now, 30*time.Millisecond, 0, 0)
+			c.Set(e, now) // kept 30 ms + 1 s
+			last = append(last, e)
+		}
+		if c.Entries() != 100 {
+			t.Fatalf("round %d: %d entries counted, 100 held", round, c.Entries())
+		}
+		var want int64
+		for _, e := range last {
+			want += e.Cost()
+		}
+		if c.Bytes() != want {
+			t.Fatalf("round %d: %d bytes counted, %d held", round, c.Bytes(), want)
+		}
+		// Past the keep time: Get no longer returns them, Ristretto may
+		// still hold them until its cleanup runs.
+		deadline := time.Now().Add(5 * time.Second)
+		for c.GetString("k0") != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("entry outlived its keep time")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Ristretto's cleanup (every half second) removes them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Entries() != 0 || c.Bytes() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after expiry: %d entries, %d bytes counted, none held", c.Entries(), c.Bytes())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
