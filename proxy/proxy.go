@@ -183,7 +183,10 @@ func (p *Proxy) clock() time.Time {
 // Handle is the fasthttp handler of the public listener. A request reads top
 // to bottom: route, admission, parameters, cache, flight, fetch.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
-	start := time.Now()
+	start := ctx.Time() // fasthttp reads the clock just before calling us
+	if start.IsZero() {
+		start = time.Now() // a RequestCtx not from a server (benchmarks)
+	}
 	r := routeByPath(ctx.Path())
 	if r == nil {
 		p.fail(ctx, routeUnknown, start, errNotFound)
