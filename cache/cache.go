@@ -175,7 +175,7 @@ func New(cfg Config) (*Cache, error) {
 		MaxCost:            cfg.MaxBytes,
 		BufferItems:        64,
 		IgnoreInternalCost: true, // Entry.Cost already counts the overhead
-		OnEvict: func(*ristretto.Item[*Entry]) { c.evictions.Add(1) },
+		OnEvict:            func(*ristretto.Item[*Entry]) { c.evictions.Add(1) },
 		// Every way out: evicted, expired and cleaned up, replaced by a
 		// newer entry for its key, deleted, or rejected (never counted in).
 		OnExit: c.release,
