@@ -18,16 +18,24 @@ import (
 	"explorer-edge/sim"
 )
 
-// rawGet writes request (whole, as bytes) on a new connection and reads
-// the answers to n requests from it, in order.
-func rawExchange(t *testing.T, addr, request string, n int) []*http.Response {
+// dialEdge opens a connection that closes at the end of the test and
+// gives up after 10 seconds.
+func dialEdge(t *testing.T, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// rawExchange writes request (whole, as bytes) on a new connection and
+// reads the answers to n requests from it, in order.
+func rawExchange(t *testing.T, addr, request string, n int) []*http.Response {
+	t.Helper()
+	c := dialEdge(t, addr)
 	if _, err := io.WriteString(c, request); err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +192,7 @@ func TestClientAbuse(t *testing.T) {
 	})
 
 	t.Run("HTTP/1.0", func(t *testing.T) {
-		c, err := net.Dial("tcp", h.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c := dialEdge(t, h.addr)
 		io.WriteString(c, "GET "+good+" HTTP/1.0\r\n\r\n")
 		all, err := io.ReadAll(c) // the server closes after one answer
 		if err != nil {
@@ -226,12 +229,7 @@ func TestClientAbuse(t *testing.T) {
 	})
 
 	t.Run("oversized request line and bodies", func(t *testing.T) {
-		c, err := net.Dial("tcp", h.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c := dialEdge(t, h.addr)
 		// Beyond the read buffer (max_header_bytes): refused, never served.
 		io.WriteString(c, "GET "+good+"&x="+strings.Repeat("a", 100<<10)+" HTTP/1.1\r\nHost: x\r\n\r\n")
 		line, _ := bufio.NewReader(c).ReadString('\n')
@@ -241,12 +239,7 @@ func TestClientAbuse(t *testing.T) {
 		// A body on a GET and a POST with a large body.
 		res := rawExchange(t, h.addr, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 1)[0]
 		checkEnvelope(t, "POST", res.StatusCode, readAll(res), 405, "50115", "GET")
-		c2, err := net.Dial("tcp", h.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c2.Close()
-		c2.SetDeadline(time.Now().Add(10 * time.Second))
+		c2 := dialEdge(t, h.addr)
 		io.WriteString(c2, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
 		if line, _ := bufio.NewReader(c2).ReadString('\n'); strings.Contains(line, " 200 ") {
 			t.Errorf("a 10 MB body was accepted: %q", line)

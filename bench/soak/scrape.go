@@ -104,33 +104,26 @@ func (s *scraper) run(ctx context.Context, period time.Duration) {
 	}
 }
 
-// settle polls the goroutine count every 250 ms until two readings in a
-// row agree (or limit passes) and returns the last one.
+// settle polls the goroutine count until two readings in a row agree (or
+// limit passes) and returns the last one.
 func (s *scraper) settle(ctx context.Context, limit time.Duration) (float64, error) {
-	deadline := time.Now().Add(limit)
 	prev := -1.0
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		sm, err := s.scrape(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if sm.goroutines == prev || time.Now().After(deadline) {
-			return sm.goroutines, nil
-		}
-		prev = sm.goroutines
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-t.C:
-		}
-	}
+	return s.pollGoroutines(ctx, limit, func(n float64) bool {
+		same := n == prev
+		prev = n
+		return same
+	})
 }
 
-// waitBelow polls the goroutine count every 250 ms until it is at most
-// bound or limit passes, and returns the last reading.
+// waitBelow polls the goroutine count until it is at most bound or limit
+// passes, and returns the last reading.
 func (s *scraper) waitBelow(ctx context.Context, bound float64, limit time.Duration) (float64, error) {
+	return s.pollGoroutines(ctx, limit, func(n float64) bool { return n <= bound })
+}
+
+// pollGoroutines reads the goroutine count every 250 ms until done says so
+// or limit passes, and returns the last reading.
+func (s *scraper) pollGoroutines(ctx context.Context, limit time.Duration, done func(float64) bool) (float64, error) {
 	deadline := time.Now().Add(limit)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -139,7 +132,7 @@ func (s *scraper) waitBelow(ctx context.Context, bound float64, limit time.Durat
 		if err != nil {
 			return 0, err
 		}
-		if sm.goroutines <= bound || time.Now().After(deadline) {
+		if done(sm.goroutines) || time.Now().After(deadline) {
 			return sm.goroutines, nil
 		}
 		select {
