@@ -164,8 +164,9 @@ func TestAccountingFollowsReplacementsAndExpiry(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	// Ristretto's cleanup (every half second) removes them all.
-	deadline := time.Now().Add(10 * time.Second)
+	// Ristretto's cleanup removes them all: it runs every 2.5 s over
+	// buckets of 5 s, so up to about 7.5 s after they expired.
+	deadline := time.Now().Add(20 * time.Second)
 	for c.Entries() != 0 || c.Bytes() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("after expiry: %d entries, %d bytes counted, none held", c.Entries(), c.Bytes())

@@ -111,8 +111,10 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, star
 	switch {
 	case fetchErr != nil:
 		// Serve old records for the failed hashes if every one is usable.
+		var e *Error
+		answered := errors.As(fetchErr, &e) && e.answered
 		for _, i := range needIdx {
-			if !items[i].UsableOnError(ns) {
+			if answered || !items[i].UsableOnError(ns) {
 				p.fail(ctx, q.route.id, start, fetchErr)
 				return
 			}
@@ -240,7 +242,8 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 			err = errMalformed.with(err, 0)
 		} else if code != "0" || status != fasthttp.StatusOK {
 			msg, _ := jsonparser.GetString(body, "msg")
-			err = &Error{Status: status, Code: code, Msg: msg, reason: reasonEnvelope}
+			err = &Error{Status: status, Code: code, Msg: msg, reason: reasonEnvelope,
+				answered: !upstreamFailing(status, code)}
 		}
 	}
 	if err != nil {

@@ -22,6 +22,10 @@ type Error struct {
 	RetryAfter int    // seconds for Retry-After; 0 = none
 	Err        error  // cause, if any; never shown to the client
 	reason     string // upstream failures: why, for Cache-Status details
+	// answered: the upstream's own answer to the question (an envelope of
+	// the client's side, such as 50036), not a failure: no stale copy
+	// stands in for it.
+	answered bool
 }
 
 func (e *Error) Error() string {
@@ -65,6 +69,19 @@ var (
 
 // reasonEnvelope: the upstream answered an error envelope (a code other than "0").
 const reasonEnvelope = "upstream-envelope"
+
+// upstreamFailing reports whether an upstream error envelope says the
+// upstream failed rather than that the question is wrong: a 5xx or 429
+// status, or a code of the server's side (50001 unavailable, 50004 timeout,
+// 50011 rate limited, 50026 system error). Only then may a stale copy stand
+// in for it.
+func upstreamFailing(status int, code string) bool {
+	switch code {
+	case "50001", "50004", "50011", "50026":
+		return true
+	}
+	return status >= 500 || status == fasthttp.StatusTooManyRequests
+}
 
 // with returns a copy of e carrying cause and, if > 0, a Retry-After.
 func (e *Error) with(cause error, retryAfter int) *Error {

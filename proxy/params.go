@@ -17,9 +17,10 @@ type query struct {
 	height int64  // kindHeight value; -1 when absent
 	// hashes are the de-duplicated hashes of a txId/txid parameter, as
 	// offsets into key (lower-cased there).
-	hashes  [maxHashes][2]uint16
-	nHashes int
-	scratch []byte // header values of the response being written
+	hashes      [maxHashes][2]uint16
+	nHashes     int
+	page, limit int64  // kindPage and kindLimit values (1 and 0 when absent)
+	scratch     []byte // header values of the response being written
 }
 
 func (q *query) hash(i int) []byte { return q.key[q.hashes[i][0]:q.hashes[i][1]] }
@@ -33,9 +34,9 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 	q.height = -1
 	q.nHashes = 0
 	q.chain = q.chain[:0]
+	q.page, q.limit = 1, 0
 	k := append(q.key[:0], r.path...)
 	sep := byte('?')
-	page, limit := int64(1), int64(0)
 	present := 0
 	for i := range r.params {
 		p := &r.params[i]
@@ -43,56 +44,19 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 		if raw != nil {
 			present++
 		}
-		v := bytes.TrimSpace(raw)
-		if len(v) == 0 {
-			if p.required {
-				return errMissing(p.name)
-			}
-			if p.def == "" {
-				continue
-			}
-			v = []byte(p.def) // constant: the compiler does not allocate here
-		}
-		k = append(k, sep)
-		sep = '&'
-		k = append(k, p.name...)
-		k = append(k, '=')
 		var err *Error
-		switch p.kind {
-		case kindChain:
-			k, err = appendChain(k, v, chains, p.name)
-			q.chain = append(q.chain, k[len(k)-chainLen(k):]...)
-		case kindAddress:
-			k, err = appendHex(k, v, 40, p.name)
-		case kindHash:
-			start := len(k)
-			k, err = appendHex(k, v, 64, p.name)
-			if err == nil {
-				q.hashes[0] = [2]uint16{uint16(start), uint16(len(k))}
-				q.nHashes = 1
-			}
-		case kindHashList:
-			k, err = q.appendHashList(k, v, p)
-		case kindHeight:
-			var n int64
-			k, n, err = appendDecimal(k, v, 0, 1e15, p.name)
-			q.height = n
-		case kindPage:
-			k, page, err = appendDecimal(k, v, 1, 1e6, p.name)
-		case kindLimit:
-			k, limit, err = appendDecimal(k, v, 1, int64(p.max), p.name)
-		case kindEnum:
-			k, err = appendEnum(k, v, p)
-		}
-		if err != nil {
+		if k, sep, err = q.appendParam(k, sep, p, raw, chains); err != nil {
 			q.key = k
+			if repeatedDiffering(args, p.name) {
+				return errRepeated(p.name)
+			}
 			return err
 		}
 	}
 	q.key = k
 	// More arguments than parameters found: unknown ones (dropped) or a
-	// parameter given twice. Twice with different values is ambiguous (other
-	// servers take the last), so it is refused rather than guessed.
+	// parameter given twice. Twice with values that normalize differently
+	// is ambiguous (other servers take the last), so it is refused.
 	if args.Len() > present {
 		if err := conflicting(r, args, chains, k); err != nil {
 			return err
@@ -100,38 +64,113 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 	}
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
-	if r.window > 0 && limit > 0 && (page-1)*limit >= int64(r.window) {
+	if r.window > 0 && q.limit > 0 && (q.page-1)*q.limit >= int64(r.window) {
 		return errInvalid("page", "page starts beyond the reachable 10000 rows")
 	}
 	return nil
 }
 
+// appendParam checks p's raw value and appends sep, its name, "=" and its
+// canonical value to k; an absent optional parameter without a default
+// appends nothing. It returns the separator of the next parameter.
+func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []string) ([]byte, byte, *Error) {
+	v := bytes.TrimSpace(raw)
+	if len(v) == 0 {
+		if p.required {
+			return k, sep, errMissing(p.name)
+		}
+		if p.def == "" {
+			return k, sep, nil
+		}
+		v = []byte(p.def) // does not escape: the compiler does not allocate here
+	}
+	k = append(k, sep)
+	k = append(k, p.name...)
+	k = append(k, '=')
+	var err *Error
+	switch p.kind {
+	case kindChain:
+		k, err = appendChain(k, v, chains, p.name)
+		q.chain = append(q.chain, k[len(k)-chainLen(k):]...)
+	case kindAddress:
+		k, err = appendHex(k, v, 40, p.name)
+	case kindHash:
+		start := len(k)
+		k, err = appendHex(k, v, 64, p.name)
+		if err == nil {
+			q.hashes[0] = [2]uint16{uint16(start), uint16(len(k))}
+			q.nHashes = 1
+		}
+	case kindHashList:
+		k, err = q.appendHashList(k, v, p)
+	case kindHeight:
+		k, q.height, err = appendDecimal(k, v, 0, 1e15, p.name)
+	case kindPage:
+		k, q.page, err = appendDecimal(k, v, 1, 1e6, p.name)
+	case kindLimit:
+		k, q.limit, err = appendDecimal(k, v, 1, int64(p.max), p.name)
+	case kindEnum:
+		k, err = appendEnum(k, v, p)
+	}
+	return k, '&', err
+}
+
+func errRepeated(name string) *Error {
+	return errInvalid(name, "given more than once with different values")
+}
+
 // conflicting finds a route parameter given again with a value that does
-// not normalize as its first one did (key is the first values' canonical
-// query). Only requests with more arguments than parameters come here.
+// not normalize to the one in key (the canonical query of the first
+// values). Each repeated value is normalized alone, once: the cost is
+// linear in the query, whatever the client repeats.
 func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Error {
 	var err *Error
+	var scratch query
+	var buf []byte
 	args.VisitAll(func(k, v []byte) {
-		for i := range r.params {
-			p := &r.params[i]
-			if err != nil || p.name != string(k) || bytes.Equal(v, args.Peek(p.name)) {
-				continue
-			}
-			var alt fasthttp.Args // the first values, with v for p
-			for j := range r.params {
-				if o := &r.params[j]; o == p {
-					alt.AddBytesV(o.name, v)
-				} else if x := args.Peek(o.name); x != nil {
-					alt.AddBytesV(o.name, x)
-				}
-			}
-			var q query
-			if e := q.parse(r, &alt, chains); e != nil || !bytes.Equal(q.key, key) {
-				err = errInvalid(p.name, "given more than once with different values")
-			}
+		if err != nil {
+			return
+		}
+		p := r.param(k)
+		if p == nil || bytes.Equal(v, args.Peek(p.name)) {
+			return
+		}
+		scratch.nHashes, scratch.chain = 0, scratch.chain[:0]
+		var e *Error
+		buf, _, e = scratch.appendParam(buf[:0], '&', p, v, chains)
+		val := buf
+		if len(val) > 0 {
+			val = val[1:] // the '&'
+		}
+		if e != nil || !bytes.Equal(val, keyParam(key, p.name)) {
+			err = errRepeated(p.name)
 		}
 	})
 	return err
+}
+
+// keyParam is "name=value" of name in a canonical key, or nil when key
+// has none.
+func keyParam(key []byte, name string) []byte {
+	_, q, _ := bytes.Cut(key, []byte{'?'})
+	for len(q) > 0 {
+		var kv []byte
+		kv, q, _ = bytes.Cut(q, []byte{'&'})
+		if len(kv) > len(name) && kv[len(name)] == '=' && string(kv[:len(name)]) == name {
+			return kv
+		}
+	}
+	return nil
+}
+
+// repeatedDiffering reports whether name is given more than once with
+// values that differ (error path only).
+func repeatedDiffering(args *fasthttp.Args, name string) bool {
+	first, differ := args.Peek(name), false
+	args.VisitAll(func(k, v []byte) {
+		differ = differ || (string(k) == name && !bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace(first)))
+	})
+	return differ
 }
 
 // chainLen is the length of the chain value just appended after '='.
@@ -139,11 +178,32 @@ func chainLen(k []byte) int { return len(k) - bytes.LastIndexByte(k, '=') - 1 }
 
 func appendChain(k, v []byte, chains []string, name string) ([]byte, *Error) {
 	for _, c := range chains {
-		if len(c) == len(v) && bytes.EqualFold([]byte(c), v) {
+		if equalFold(c, v) {
 			return append(k, c...), nil
 		}
 	}
 	return k, errInvalid(name, "unknown chain")
+}
+
+// equalFold is bytes.EqualFold for ASCII without converting s (which
+// allocated where the compiler could not keep the copy on the stack).
+func equalFold(s string, b []byte) bool {
+	if len(s) != len(b) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		x, y := s[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // appendHex checks "0x" + n hex digits and appends them in lower case.
@@ -203,7 +263,7 @@ func appendInt(k []byte, n int64) []byte {
 
 func appendEnum(k, v []byte, p *param) ([]byte, *Error) {
 	for _, e := range p.enum {
-		if len(e) == len(v) && bytes.EqualFold([]byte(e), v) {
+		if equalFold(e, v) {
 			return append(k, e...), nil
 		}
 	}

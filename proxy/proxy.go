@@ -274,10 +274,11 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 		p.done(ctx, id, result, start)
 		return
 	}
-	// An upstream envelope with a code other than "0" is the upstream
-	// failing: a copy within stale_if_error stands in for it, as for any
-	// other failure. Without one it is passed through as it came, never cached.
-	if old.UsableOnError(now.UnixNano()) {
+	// An upstream envelope with a code other than "0" is never cached. One
+	// that says the upstream is failing is met like any other failure: a
+	// copy within stale_if_error stands in for it. Otherwise it is passed
+	// through as it came.
+	if upstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
 		p.writeEntry(ctx, q, old, now, statusStaleEnvelope)
 		p.done(ctx, id, metrics.ResultStaleError, start)
 		return

@@ -155,6 +155,16 @@ func routeByPath(path []byte) *route {
 	return nil
 }
 
+// param is the route's parameter named name, or nil.
+func (r *route) param(name []byte) *param {
+	for i := range r.params {
+		if r.params[i].name == string(name) {
+			return &r.params[i]
+		}
+	}
+	return nil
+}
+
 // RouteNames lists the routes in table order (metric labels, config keys).
 func RouteNames() []string {
 	names := make([]string, numRoutes)

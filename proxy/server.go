@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -34,11 +36,19 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 	}
 }
 
-// connLogger takes fasthttp's messages about clients that broke the
-// protocol (a body too large, a malformed request line, a timeout): they
-// are the clients' doing, so they go to the debug level, not to stderr.
+// connLogger takes fasthttp's log lines. Those about one client breaking
+// the protocol (a body too large, a malformed request line, a timeout) are
+// the client's doing and go to the debug level; anything else (max_conns
+// reached, accept failing) is the operator's business and goes to warn.
 type connLogger struct{ log *slog.Logger }
 
 func (l connLogger) Printf(format string, args ...any) {
-	l.log.Debug("connection error", "err", fmt.Sprintf(format, args...))
+	level := slog.LevelWarn
+	if strings.HasPrefix(format, "error when serving connection") {
+		level = slog.LevelDebug
+	}
+	if !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	l.log.Log(context.Background(), level, "fasthttp", "msg", fmt.Sprintf(format, args...))
 }

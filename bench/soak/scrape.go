@@ -122,22 +122,30 @@ func (s *scraper) waitBelow(ctx context.Context, bound float64, limit time.Durat
 }
 
 // pollGoroutines reads the goroutine count every 250 ms until done says so
-// or limit passes, and returns the last reading.
+// or limit passes, and returns the last reading. A failed scrape is tried
+// again; only one failing at the deadline is an error.
 func (s *scraper) pollGoroutines(ctx context.Context, limit time.Duration, done func(float64) bool) (float64, error) {
 	deadline := time.Now().Add(limit)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	last := -1.0
 	for {
 		sm, err := s.scrape(ctx)
-		if err != nil {
-			return 0, err
+		if err == nil {
+			last = sm.goroutines
+			if done(last) {
+				return last, nil
+			}
 		}
-		if done(sm.goroutines) || time.Now().After(deadline) {
-			return sm.goroutines, nil
+		if time.Now().After(deadline) {
+			if last < 0 {
+				return 0, err
+			}
+			return last, nil
 		}
 		select {
 		case <-ctx.Done():
-			return sm.goroutines, ctx.Err()
+			return last, ctx.Err()
 		case <-t.C:
 		}
 	}
