@@ -132,11 +132,12 @@ var fuzzAsked = []string{
 	"0x" + strings.Repeat("c3", 32),
 }
 
-// FuzzUpstreamAnswer feeds arbitrary bytes as the upstream's answer to each
-// route, through the whole store path (envelope check, TTL classification,
-// entry and gzip) and through the per-hash splitting of transaction-multi.
-// Properties: nothing panics; only a whole JSON envelope of code "0" is
-// cached, byte for byte; anything else is passed through or a 50026; a
+// FuzzUpstreamAnswer feeds arbitrary bytes, with one of several statuses,
+// as the upstream's answer to each route, through the whole store path
+// (envelope check, TTL classification, entry and gzip) and through the
+// per-hash splitting of transaction-multi. Properties: nothing panics; only
+// a whole JSON envelope of code "0" with status 200 is cached, byte for
+// byte; anything else is passed through with its status or is a 50026; a
 // per-hash record is filed only under the hash its id names, and either
 // every record of the answer is filed or none is.
 func FuzzUpstreamAnswer(f *testing.F) {
@@ -195,13 +196,17 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		f.Add(uint8(routeBlockList), []byte(body))
 		f.Add(uint8(routeTransactionMulti), []byte(body))
 	}
+	// ri picks the route and, above the routes, the upstream's status.
+	statuses := []int{200, 400, 429, 500, 502, 503}
+	f.Add(uint8(numRoutes+routeBlockList), []byte(`{"code":"0","msg":"","data":[]}`)) // 400 with code "0"
 	f.Fuzz(func(t *testing.T, ri uint8, body []byte) {
 		r := &routes[int(ri)%len(routes)]
+		status := statuses[int(ri)/len(routes)%len(statuses)]
 		code, codeErr := envelopeCode(body)
 		if codeErr == nil && code == "0" && !json.Valid(body) {
 			t.Fatalf("code 0 for invalid JSON %q", body)
 		}
-		a, err := p.store(s, r, keys[r.id], fasthttp.StatusOK, body)
+		a, err := p.store(s, r, keys[r.id], status, body)
 		switch {
 		case err != nil:
 			var e *Error
@@ -209,15 +214,15 @@ func FuzzUpstreamAnswer(f *testing.F) {
 				t.Fatalf("store error %v for an answer envelopeCode accepts (%q)", err, code)
 			}
 		case a.entry != nil:
-			if code != "0" || !bytes.Equal(a.entry.Body, body) {
-				t.Fatalf("cached an answer of code %q, or not as it came", code)
+			if code != "0" || status != 200 || !bytes.Equal(a.entry.Body, body) {
+				t.Fatalf("cached an answer of status %d code %q, or not as it came", status, code)
 			}
 			if a.entry.Class > cache.Negative {
 				t.Fatalf("class %v", a.entry.Class)
 			}
 		default:
-			if code == "0" || !bytes.Equal(a.body, body) {
-				t.Fatalf("passed through code %q", code)
+			if (code == "0" && status == 200) || a.status != status || !bytes.Equal(a.body, body) {
+				t.Fatalf("passed through status %d code %q as %d", status, code, a.status)
 			}
 		}
 		if !json.Valid(body) {
