@@ -303,3 +303,37 @@ func TestRepeatedParametersAreCheap(t *testing.T) {
 		t.Errorf("one hash spelled twice: %v", err)
 	}
 }
+
+// A client that asks and never reads is cut off at write_timeout.
+func TestSlowReaderIsCutOff(t *testing.T) {
+	h := newHarness(t, func(c *config.Config, _ *sim.Config) {
+		c.Server.WriteTimeout = 300 * time.Millisecond
+	})
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=100"
+	r := h.get(target)
+	if r.status != 200 {
+		t.Fatalf("warm: %d", r.status)
+	}
+	all := int64(3000 * len(r.body)) // bodies alone, without headers
+	c := dialEdge(t, h.addr)
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	// Far more answers than the socket buffers hold, pipelined, unread.
+	var w strings.Builder
+	for i := 0; i < 3000; i++ {
+		w.WriteString("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n")
+	}
+	go io.WriteString(c, w.String())
+	// Read nothing for longer than write_timeout (the client's behaviour
+	// under test, not a wait for the server), then drain: the server must
+	// have given up and closed the connection.
+	time.Sleep(time.Second)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server still held the connection after %d bytes", n)
+	}
+	if n >= all {
+		t.Fatalf("read %d bytes: every answer was written, nothing was cut", n)
+	}
+}
