@@ -1,63 +1,22 @@
 package proxy
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
 
-// logBuffer is an io.Writer for a logger shared by goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the JSON lines written so far whose msg is msg ("" = all).
-func (b *logBuffer) lines(t testing.TB, msg string) []map[string]any {
-	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", l)
-		}
-		if msg == "" || m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // withLog restarts h's edge with a JSON logger writing to the returned buffer.
-func withLog(h *harness) *logBuffer {
-	var b logBuffer
+func withLog(h *harness) *testkit.LogBuffer {
+	var b testkit.LogBuffer
 	h.log = slog.New(slog.NewJSONHandler(&b, nil))
 	h.start()
 	return &b
@@ -103,7 +62,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	for i, c := range cases {
 		h.get(c.target, signed(c.target, c.secret)...)
-		lines := logs.lines(t, "access")
+		lines := logs.Lines(t, "access")
 		if len(lines) != i+1 {
 			t.Fatalf("%d requests wrote %d access lines", i+1, len(lines))
 		}
@@ -120,7 +79,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	// An unsigned request names no client.
 	h.get(blocks)
-	if l := logs.lines(t, "access"); l[len(l)-1]["client"] != nil || l[len(l)-1]["code"] != "50103" {
+	if l := logs.Lines(t, "access"); l[len(l)-1]["client"] != nil || l[len(l)-1]["code"] != "50103" {
 		t.Errorf("unsigned request: %v", l[len(l)-1])
 	}
 	out := logs.String()
@@ -138,11 +97,11 @@ func TestAccessLogSampling(t *testing.T) {
 	logs := withLog(h)
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	hits := func(n int) int {
-		before := len(logs.lines(t, "access"))
+		before := len(logs.Lines(t, "access"))
 		for range n {
 			h.get(target)
 		}
-		return len(logs.lines(t, "access")) - before
+		return len(logs.Lines(t, "access")) - before
 	}
 	if n := hits(50); n != 0 {
 		t.Fatalf("access_sample 0 wrote %d lines", n)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
 )
 
@@ -22,18 +23,6 @@ func maxAge(r resp) int {
 		return -1
 	}
 	return n
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = 0 }
@@ -110,7 +99,7 @@ func TestStaleWhileRevalidateOneRefresh(t *testing.T) {
 	if stale != 100 {
 		t.Fatalf("%d of 100 requests were answered stale at once", stale)
 	}
-	waitFor(t, "the refresh", func() bool {
+	testkit.WaitFor(t, "the refresh", func() bool {
 		r := h.get(target)
 		return strings.HasPrefix(r.header["Cache-Status"], "explorer-edge; hit; ttl=")
 	})
@@ -162,7 +151,7 @@ func TestStaleIfError(t *testing.T) {
 			// Nothing of the failed calls was cached: once the sim is
 			// well, the next request is a miss that stores a fresh answer.
 			h.sim.ClearFaults()
-			waitFor(t, "the upstream to be callable", func() bool {
+			testkit.WaitFor(t, "the upstream to be callable", func() bool {
 				r = h.get(target)
 				return r.status == 200
 			})
@@ -267,7 +256,7 @@ func TestPerHashBatches(t *testing.T) {
 		}
 		h.clock.Advance(6 * time.Second) // past the 5 s negative TTL
 		h.get(fills(unknown))            // stale now: served, refreshed once in the background
-		waitFor(t, "the negative entry to be refetched", func() bool { return h.upstreamCalls() == 1 })
+		testkit.WaitFor(t, "the negative entry to be refetched", func() bool { return h.upstreamCalls() == 1 })
 	})
 }
 

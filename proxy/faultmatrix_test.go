@@ -12,6 +12,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
 )
 
@@ -207,7 +208,7 @@ func TestFaultMatrix(t *testing.T) {
 			// The upstream is well again: every key now gives the right
 			// data, and a key that failed is fetched, not a cached failure.
 			h.sim.ClearFaults()
-			waitFor(t, "the upstream to be callable again", func() bool {
+			testkit.WaitFor(t, "the upstream to be callable again", func() bool {
 				return h.get(targets["block-list"][stateCold]).status == 200
 			})
 			for _, name := range routes {

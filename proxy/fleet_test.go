@@ -21,6 +21,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/fleet"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/metrics"
 	"explorer-edge/sim"
 )
@@ -72,7 +73,7 @@ func (r *redisServer) start() {
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	untilTrue(r.t, 10*time.Second, "redis-server to answer PING", func() bool { return redisPing(r.addr) })
+	testkit.WaitFor(r.t, "redis-server to answer PING", func() bool { return redisPing(r.addr) })
 }
 
 // stop kills redis-server and reaps it; stopping twice is fine.
@@ -97,18 +98,6 @@ func redisPing(addr string) bool {
 	}
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return line == "+PONG\r\n"
-}
-
-// untilTrue polls cond until it holds or the deadline passes.
-func untilTrue(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // fleetEdge is one edge of a fleet; the embedded harness's get and do
@@ -344,7 +333,7 @@ func TestFleetGoesOnAloneWhileRedisIsDown(t *testing.T) {
 	}
 
 	rdb.start() // same port, empty
-	untilTrue(t, 10*time.Second, "fleet mode to resume", func() bool {
+	testkit.WaitFor(t, "fleet mode to resume", func() bool {
 		k := target()
 		if r := a.get(k); r.status != 200 {
 			t.Fatalf("fill after restart: %d %s", r.status, r.body)
@@ -510,7 +499,7 @@ func TestFleetStartsBeforeRedis(t *testing.T) {
 		t.Fatal("no local budget while Redis is down")
 	}
 	rdb.start()
-	untilTrue(t, 10*time.Second, "shared_up to become 1", func() bool { return testutil.ToFloat64(m.SharedUp) == 1 })
+	testkit.WaitFor(t, "shared_up to become 1", func() bool { return testutil.ToFloat64(m.SharedUp) == 1 })
 	e := cache.NewEntry("k", []byte(`{"code":"0"}`), cache.Head, time.Now(), time.Minute, 0, 0)
 	r.Set(e, time.Now())
 	if got := r.Get("k", time.Now()); got == nil || got.ETag == nil || string(got.Body) != `{"code":"0"}` {
@@ -533,7 +522,7 @@ func TestFleetClusterMode(t *testing.T) {
 	if err := rc.Do(ctx, rc.B().ClusterAddslotsrange().StartSlotEndSlot().StartSlotEndSlot(0, 16383).Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
-	untilTrue(t, 10*time.Second, "the cluster to be ok", func() bool {
+	testkit.WaitFor(t, "the cluster to be ok", func() bool {
 		info, _ := rc.Do(ctx, rc.B().ClusterInfo().Build()).ToString()
 		return strings.Contains(info, "cluster_state:ok")
 	})

@@ -20,6 +20,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -148,7 +149,7 @@ func driveEveryResult(t *testing.T, h *harness) {
 	h.clock.Advance(3 * time.Second)
 	blocks := targets["block-list"]
 	expect(h.get(blocks), "stale block-list", "detail=stale-while-revalidate")
-	waitFor(t, "the background refresh", func() bool {
+	testkit.WaitFor(t, "the background refresh", func() bool {
 		return h.cache.GetString(blocks).StateAt(h.clock.Now().UnixNano()) == cache.Fresh
 	})
 
@@ -168,7 +169,7 @@ func driveEveryResult(t *testing.T, h *harness) {
 	answers := make([]resp, 5)
 	wg.Add(1)
 	go func() { defer wg.Done(); answers[0] = h.get(slow) }()
-	waitFor(t, "the leader's upstream call", func() bool { return h.upstreamCalls() > before })
+	testkit.WaitFor(t, "the leader's upstream call", func() bool { return h.upstreamCalls() > before })
 	for i := 1; i < len(answers); i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); answers[i] = h.get(slow) }()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
 )
 
@@ -88,7 +89,7 @@ func TestUpstream429IsHonoured(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "the upstream to be called again", func() bool { return h.get(list(final-500)).status == 200 })
+	testkit.WaitFor(t, "the upstream to be called again", func() bool { return h.get(list(final-500)).status == 200 })
 	if since := time.Since(throttledAt); since < time.Second {
 		t.Fatalf("called again after %v, before Retry-After", since)
 	}
@@ -123,7 +124,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 		t.Fatalf("open breaker let %d calls through", h.upstreamCalls()-calls)
 	}
 	h.sim.ClearFaults()
-	waitFor(t, "a probe to close the breaker", func() bool { return h.get(list(30)).status == 200 })
+	testkit.WaitFor(t, "a probe to close the breaker", func() bool { return h.get(list(30)).status == 200 })
 	if counterValue(t, h, "explorer_edge_breaker_state") != 0 {
 		t.Fatal("breaker not closed after a good probe")
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"explorer-edge/internal/testkit"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -28,65 +28,6 @@ import (
 // and send real signals to the test process: run catches SIGHUP and
 // SIGTERM from before it serves, and every test waits for /healthz before
 // signalling. They must not run in parallel (a signal reaches every run).
-
-// logBuffer collects run's log output for goroutines that write and read.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines are the log's lines, each parsed as JSON; a line that is not JSON
-// fails the test.
-func (b *logBuffer) lines(t testing.TB) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", l)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// count is the number of lines with msg.
-func (b *logBuffer) count(t testing.TB, msg string) int {
-	n := 0
-	for _, l := range b.lines(t) {
-		if l["msg"] == msg {
-			n++
-		}
-	}
-	return n
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // freeAddr is a loopback address nothing listens on right now.
 func freeAddr(t testing.TB) string {
@@ -156,7 +97,7 @@ type edge struct {
 	t    *testing.T
 	file edgeFile
 	path string
-	logs *logBuffer
+	logs *testkit.LogBuffer
 	stop chan struct{}
 	once sync.Once
 	done chan struct{} // closed when run has returned
@@ -168,7 +109,7 @@ type edge struct {
 func startEdge(t *testing.T, f edgeFile) *edge {
 	t.Helper()
 	f.listen, f.admin = freeAddr(t), freeAddr(t)
-	e := &edge{t: t, file: f, path: filepath.Join(t.TempDir(), "config.yaml"), logs: &logBuffer{},
+	e := &edge{t: t, file: f, path: filepath.Join(t.TempDir(), "config.yaml"), logs: &testkit.LogBuffer{},
 		stop: make(chan struct{}), done: make(chan struct{})}
 	e.write(f.yaml())
 	cfg, err := loadConfig(e.path)
@@ -187,7 +128,7 @@ func startEdge(t *testing.T, f edgeFile) *edge {
 			t.Error("run did not return after stop")
 		}
 	})
-	waitFor(t, "/healthz", func() bool {
+	testkit.WaitFor(t, "/healthz", func() bool {
 		select {
 		case <-e.done:
 			t.Fatalf("run returned early: %v\n%s", e.err, e.logs)
@@ -273,7 +214,7 @@ func (e *edge) metric(name string, labels ...string) float64 {
 // reloads waits until config_reloads_total{result} reaches n.
 func (e *edge) reloads(result string, n float64) {
 	e.t.Helper()
-	waitFor(e.t, fmt.Sprintf("config_reloads_total{result=%q} = %v", result, n), func() bool {
+	testkit.WaitFor(e.t, fmt.Sprintf("config_reloads_total{result=%q} = %v", result, n), func() bool {
 		return e.metric("explorer_edge_config_reloads_total", "result", result) >= n
 	})
 	if got := e.metric("explorer_edge_config_reloads_total", "result", result); got != n {
@@ -327,13 +268,13 @@ func TestSIGHUPReloadsTTLsAndLogLevel(t *testing.T) {
 	e.write(f.yaml())
 	e.signal(syscall.SIGHUP)
 	e.reloads("ok", 1)
-	calls := e.logs.count(t, "upstream call")
+	calls := e.logs.Count(t, "upstream call")
 	if _, _, h := e.get(holders(1)); maxAge(h) != "5" && maxAge(h) != "4" {
 		t.Fatalf("reloaded position-list TTL: Cache-Control %q on a fresh fill, want max-age 4 or 5", h.Get("Cache-Control"))
 	}
 	// log.level reloads too: at warn, a good upstream call (info) is not logged.
-	if calls == 0 || e.logs.count(t, "upstream call") != calls {
-		t.Fatalf("upstream call lines %d before the reload to warn, %d after", calls, e.logs.count(t, "upstream call"))
+	if calls == 0 || e.logs.Count(t, "upstream call") != calls {
+		t.Fatalf("upstream call lines %d before the reload to warn, %d after", calls, e.logs.Count(t, "upstream call"))
 	}
 }
 
@@ -379,7 +320,7 @@ func TestSIGHUPRefusesBrokenConfig(t *testing.T) {
 		t.Fatalf("%v reloads counted ok", n)
 	}
 	refused := 0
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.logs.Lines(t, "") {
 		if msg, _ := l["msg"].(string); strings.Contains(msg, "refused") && l["level"] == "ERROR" && l["err"] != nil {
 			refused++
 		}
@@ -442,9 +383,9 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		}()
 	}
 	// Every request is inside the edge, waiting on the upstream.
-	waitFor(t, "all requests at the upstream", func() bool { return s.Stats().RequestsTotal == n })
+	testkit.WaitFor(t, "all requests at the upstream", func() bool { return s.Stats().RequestsTotal == n })
 	e.signal(syscall.SIGTERM)
-	waitFor(t, "/readyz to say draining", func() bool {
+	testkit.WaitFor(t, "/readyz to say draining", func() bool {
 		res, err := http.Get("http://" + e.file.admin + "/readyz")
 		if err != nil {
 			t.Fatalf("admin listener gone while requests are in flight: %v", err)
@@ -470,7 +411,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	// Each handler writes its access line before it returns, and run may
 	// return only once every handler has: all n lines are there already.
 	answered := 0
-	for _, l := range e.logs.lines(t) {
+	for _, l := range e.logs.Lines(t, "") {
 		if l["msg"] == "access" && l["status"] == 200.0 {
 			answered++
 		}
@@ -560,7 +501,7 @@ log:
 		t.Fatalf("after reloads: %d", status)
 	}
 
-	lines := e.logs.lines(t) // fails on a line that is not JSON
+	lines := e.logs.Lines(t, "") // fails on a line that is not JSON
 	for _, l := range lines {
 		if l["time"] == nil || l["level"] == nil || l["msg"] == nil {
 			t.Errorf("log line without time, level or msg: %v", l)
@@ -577,7 +518,7 @@ log:
 	}
 
 	calls := s.Stats().RequestsTotal
-	if got := e.logs.count(t, "upstream call"); int64(got) != calls {
+	if got := e.logs.Count(t, "upstream call"); int64(got) != calls {
 		t.Errorf("%d upstream call lines for %d calls the sim received", got, calls)
 	}
 	var sentOutcomes float64
@@ -587,7 +528,7 @@ log:
 	if int64(sentOutcomes) != calls {
 		t.Errorf("upstream_requests_total counts %v calls, the sim received %d", sentOutcomes, calls)
 	}
-	if got := e.logs.count(t, "access"); got != requests {
+	if got := e.logs.Count(t, "access"); got != requests {
 		t.Errorf("%d access lines for %d requests", got, requests)
 	}
 	if t.Failed() {
