@@ -299,21 +299,33 @@ func (r *Redis) lockKey(key string) string  { return r.cfg.Prefix + "{" + key + 
 // Get returns the entry for key if it is usable at now (fresh, or within
 // one of its stale windows), else nil.
 func (r *Redis) Get(key string, now time.Time) *cache.Entry {
+	return r.GetMany([]string{key}, now)[0]
+}
+
+// GetMany is Get for several keys, pipelined: one round trip (one per
+// cluster node holding some of them) instead of one per key.
+func (r *Redis) GetMany(keys []string, now time.Time) []*cache.Entry {
+	entries := make([]*cache.Entry, len(keys))
 	c := r.live()
-	if c == nil {
-		return nil
+	if c == nil || len(keys) == 0 {
+		return entries
+	}
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = c.B().Get().Key(r.entryKey(k)).Build()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
-	b, err := c.Do(ctx, c.B().Get().Key(r.entryKey(key)).Build()).AsBytes()
-	if !r.result(opGet, err) || err != nil {
-		return nil
+	for i, res := range c.DoMulti(ctx, cmds...) {
+		b, err := res.AsBytes()
+		if !r.result(opGet, err) || err != nil {
+			continue
+		}
+		if e := r.entry(keys[i], b); e.StateAt(now.UnixNano()) != cache.Missing {
+			entries[i] = e
+		}
 	}
-	e := r.entry(key, b)
-	if e.StateAt(now.UnixNano()) == cache.Missing {
-		return nil
-	}
-	return e
+	return entries
 }
 
 // entry decodes a stored value of key; one it cannot read is a miss.

@@ -64,15 +64,24 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, star
 	var needIdx []int
 	fromCache := 0
 	ns := now.UnixNano()
+	var shared []string // keys of the hashes not in Ristretto
+	var sharedIdx []int
 	for i := 0; i < n; i++ {
-		h := string(q.hash(i))
-		e := p.cache.GetString(hashKey(chain, h))
-		if e == nil && p.tier != nil {
-			if e = p.tier.Get(hashKey(chain, h), now); e != nil {
+		k := hashKey(chain, string(q.hash(i)))
+		if items[i] = p.cache.GetString(k); items[i] == nil && p.tier != nil {
+			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
+		}
+	}
+	if len(shared) > 0 {
+		for j, e := range p.tier.GetMany(shared, now) {
+			if e != nil {
 				p.cache.Set(e, now)
+				items[sharedIdx[j]] = e
 			}
 		}
-		items[i] = e
+	}
+	for i, e := range items {
+		h := string(q.hash(i))
 		switch e.StateAt(ns) {
 		case cache.Fresh:
 			fromCache++

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -128,8 +129,9 @@ func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harne
 }
 
 // startFleetEdge builds an edge for h.cfg with the shared tier, as
-// cmd/explorer-edge wires it, and serves it on a free port.
-func startFleetEdge(base *harness) *fleetEdge {
+// cmd/explorer-edge wires it, and serves it on a free port. wrap, if
+// given, stands between the edge and the tier.
+func startFleetEdge(base *harness, wrap ...func(*fleet.Redis) Tier) *fleetEdge {
 	t := base.t
 	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
 	e.harness.startWith(func(o *Options) func() {
@@ -139,6 +141,9 @@ func startFleetEdge(base *harness) *fleetEdge {
 			t.Fatal(err)
 		}
 		o.Tier, o.Budget = e.shared, e.shared.Budget()
+		for _, w := range wrap {
+			o.Tier = w(e.shared)
+		}
 		return func() { e.shared.Close() }
 	})
 	return e
@@ -199,6 +204,66 @@ func TestFleetFillByOneNodeIsAHitOnAll(t *testing.T) {
 	}
 	if n := h.upstreamCalls() - before - 1; n != 0 { // the -1 is simGet's own call
 		t.Fatalf("a hash cached by another node cost %d upstream calls", n)
+	}
+}
+
+// countingTier counts an edge's lookups in the shared tier.
+type countingTier struct {
+	*fleet.Redis
+	gets, getManys, keys atomic.Int64
+}
+
+func (c *countingTier) Get(key string, now time.Time) *cache.Entry {
+	c.gets.Add(1)
+	return c.Redis.Get(key, now)
+}
+
+func (c *countingTier) GetMany(keys []string, now time.Time) []*cache.Entry {
+	c.getManys.Add(1)
+	c.keys.Add(int64(len(keys)))
+	return c.Redis.GetMany(keys, now)
+}
+
+// A per-hash request looks up every hash missing from Ristretto in one
+// pipelined round trip to Redis, not one per hash, and asks the upstream
+// only for the hashes Redis did not have.
+func TestFleetLooksUpMissingHashesInOneRoundTrip(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 1)
+	hashes := h.sim.CrossHashes("TRADE_ZONE", 20)
+	multi := func(hs []string) string {
+		return "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + strings.Join(hs, ",")
+	}
+	if r := edges[0].get(multi(hashes[:12])); r.status != 200 {
+		t.Fatalf("first node: %d %s", r.status, r.body)
+	}
+	var counts *countingTier
+	other := startFleetEdge(h, func(r *fleet.Redis) Tier {
+		counts = &countingTier{Redis: r}
+		return counts
+	})
+	before := len(h.rec.all())
+	r := other.get(multi(hashes))
+	calls := h.rec.all()[before:]
+	if want := h.simGet(multi(hashes)); r.status != 200 || !bytes.Equal(r.body, want) {
+		t.Fatalf("second node: %d %s\nwant %s", r.status, r.body, want)
+	}
+	if g, m, k := counts.gets.Load(), counts.getManys.Load(), counts.keys.Load(); g != 0 || m != 1 || k != 20 {
+		t.Fatalf("lookups in Redis: %d Get, %d GetMany for %d keys; want 0, 1 for 20", g, m, k)
+	}
+	if len(calls) != 1 {
+		t.Fatalf("upstream calls %q, want one for the 8 hashes Redis lacked", calls)
+	}
+	u, err := url.Parse(calls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := strings.Split(u.Query().Get("txId"), ",")
+	slices.Sort(asked)
+	want := slices.Clone(hashes[12:])
+	slices.Sort(want)
+	if !slices.Equal(asked, want) {
+		t.Fatalf("upstream asked for %v, want the 8 hashes not in Redis %v", asked, want)
 	}
 }
 
@@ -618,6 +683,55 @@ func benchmarkTierHit(b *testing.B, fromRedis bool) {
 	b.StopTimer()
 	if fromRedis && !strings.Contains(string(ctx.Response.Header.Peek("Cache-Status")), "shared") {
 		b.Fatalf("not served from Redis: %s", ctx.Response.Header.Peek("Cache-Status"))
+	}
+}
+
+// BenchmarkL2HitMulti is a 20-hash transaction-multi whose hashes another
+// node filled: each request finds neither the answer nor its hashes in
+// Ristretto (deleted before it) and all 20 hashes in Redis.
+//
+//	go test -run '^$' -bench 'L2HitMulti' -benchmem ./proxy
+func BenchmarkL2HitMulti(b *testing.B) {
+	rdb := startRedis(b)
+	h, edges := newFleet(b, rdb, 1)
+	e := edges[0]
+	hashes := h.sim.CrossHashes("TRADE_ZONE", 20)
+	target := "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + strings.Join(hashes, ",")
+	if r := e.get(target); r.status != 200 {
+		b.Fatalf("warm: %d %s", r.status, r.body)
+	}
+	u, _ := url.Parse(target)
+	var args fasthttp.Args
+	args.Parse(u.RawQuery)
+	var q query
+	if err := q.parse(routeByPath([]byte(u.Path)), &args, e.p.settings.Load().chains); err != nil {
+		b.Fatal(err)
+	}
+	whole := string(q.key) // the assembled answer is cached too
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI(target)
+	ctx.Request.Header.SetMethod("GET")
+	calls, gets := h.upstreamCalls(), e.sharedCount("get", "ok")
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		e.cache.Del(whole)
+		for i := range q.nHashes {
+			e.cache.Del(hashKey(string(q.chain), string(q.hash(i))))
+		}
+		ctx.Response.Reset()
+		e.p.Handle(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("status %d", ctx.Response.StatusCode())
+		}
+	}
+	b.StopTimer()
+	if c := h.upstreamCalls() - calls; c != 0 {
+		b.Fatalf("%d upstream calls: not served from Redis", c)
+	}
+	if g := e.sharedCount("get", "ok") - gets; g != float64(20*n) {
+		b.Fatalf("%v hashes found in Redis in %d requests, want 20 each", g, n)
 	}
 }
 

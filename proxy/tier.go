@@ -14,6 +14,9 @@ import (
 type Tier interface {
 	// Get returns a usable entry for key, or nil.
 	Get(key string, now time.Time) *cache.Entry
+	// GetMany is Get for several keys in one round trip: entries[i] is
+	// for keys[i]. Per-hash routes look up all their missing hashes at once.
+	GetMany(keys []string, now time.Time) (entries []*cache.Entry)
 	// Set stores e with its remaining fresh and stale windows.
 	Set(e *cache.Entry, now time.Time)
 	// Lock takes the fleet-wide fetch lock of key. When another node holds
