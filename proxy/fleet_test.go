@@ -267,6 +267,49 @@ func TestFleetLooksUpMissingHashesInOneRoundTrip(t *testing.T) {
 	}
 }
 
+// A node with no copy of its own (started during an upstream outage, say)
+// serves the copy another node keeps in Redis within stale_if_error, as it
+// would its own, for a failed fetch and for an envelope that says the
+// upstream is failing.
+func TestFleetServesTheSharedStaleCopyWhenTheUpstreamFails(t *testing.T) {
+	for _, k := range []struct {
+		name   string
+		fault  sim.Faults
+		detail string
+	}{
+		{"http500", sim.Faults{HTTP500: 1}, "stale-if-error-upstream-error"},
+		{"envelope", sim.Faults{Envelope: 1}, "stale-if-error-upstream-envelope"},
+	} {
+		t.Run(k.name, func(t *testing.T) {
+			rdb := startRedis(t)
+			h, edges := newFleet(t, rdb, 1, func(c *config.Config, _ *sim.Config) {
+				c.Cache.StaleWhileRevalidate = time.Second
+				c.Cache.StaleIfError = time.Minute
+				c.Upstream.Retries = 0
+				c.Upstream.BreakerFailures = 100
+			})
+			target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+			good := edges[0].get(target)
+			if good.status != 200 {
+				t.Fatalf("first node: %d %s", good.status, good.body)
+			}
+			h.sim.SetFaults(k.fault)
+			h.clock.Advance(5 * time.Second) // expired, within stale_if_error
+			late := startFleetEdge(h)
+			for i := range 2 { // from Redis, then from its own Ristretto
+				r := late.get(target)
+				if r.status != 200 || !bytes.Equal(r.body, good.body) || !strings.Contains(r.header["Cache-Status"], "detail="+k.detail) {
+					t.Fatalf("request %d on the new node: %d %q %.80s", i, r.status, r.header["Cache-Status"], r.body)
+				}
+			}
+			h.clock.Advance(2 * time.Minute) // beyond stale_if_error
+			if r := late.get(target); r.code() == "0" {
+				t.Fatalf("beyond stale_if_error: %d %q %.80s", r.status, r.header["Cache-Status"], r.body)
+			}
+		})
+	}
+}
+
 func TestFleetConcurrentColdRequestsCostOneCall(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 3, func(_ *config.Config, s *sim.Config) {

@@ -248,6 +248,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
 	id := q.route.id
 	now := p.clock()
+	if old == nil && a != nil {
+		old = a.stale
+	}
 	if err != nil {
 		if old.UsableOnError(now.UnixNano()) {
 			p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
@@ -310,6 +313,10 @@ type answer struct {
 	status int          // pass-through: upstream status, code and body
 	code   string
 	body   []byte
+	// stale is a copy from the shared tier, in one of its stale windows,
+	// for a node that had none of its own: it stands in for a failure as
+	// the node's own stale copy would.
+	stale *cache.Entry
 }
 
 // load fetches key through the flight: concurrent identical misses share
@@ -323,7 +330,8 @@ func (p *Proxy) load(s *settings, r *route, key string, haveStale, background bo
 	// does not cancel the leader's fetch, which still fills the cache.
 	res := <-ch
 	if res.Err != nil {
-		return nil, leader, res.Err
+		a, _ := res.Val.(*answer) // may carry a stale copy from the shared tier
+		return a, leader, res.Err
 	}
 	return res.Val.(*answer), leader, nil
 }
@@ -335,10 +343,18 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
 		return &answer{entry: e, stored: true, cached: true}, nil
 	}
+	// A copy another node keeps in its stale windows is this node's stale
+	// copy too: it stands in if the fetch fails (a node started during an
+	// upstream outage has nothing of its own).
+	var shared *cache.Entry
 	if p.tier != nil {
-		if e := p.tier.Get(key, p.clock()); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+		e := p.tier.Get(key, p.clock())
+		if e.StateAt(p.clock().UnixNano()) == cache.Fresh {
 			p.cache.Set(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
+		}
+		if !haveStale && e != nil {
+			shared, haveStale = e, true
 		}
 		unlock, e := p.tier.Lock(key, p.clock)
 		defer unlock()
@@ -348,10 +364,19 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 		}
 	}
 	status, body, err := p.up.fetch(s, r, key, haveStale, background)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var a *answer
+		if a, err = p.store(s, r, key, status, body); err == nil {
+			if a.entry == nil {
+				a.stale = shared
+			}
+			return a, nil
+		}
 	}
-	return p.store(s, r, key, status, body)
+	if shared.UsableOnError(p.clock().UnixNano()) {
+		p.cache.Set(shared, p.clock()) // the next request finds it here
+	}
+	return &answer{stale: shared}, err
 }
 
 // store turns an upstream answer into an entry and caches it if its code is "0".
