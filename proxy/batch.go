@@ -56,7 +56,9 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 }
 
 // serveBatch answers a per-hash route from the item cache and the batcher.
-func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, start, now time.Time) {
+// whole is the request's own cached answer, if any: only one made by the
+// fallback below has stale windows, and it stands in for a failure.
+func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
 	chain := string(q.chain)
 	n := q.nHashes
 	items := make([]*cache.Entry, n)
@@ -112,8 +114,8 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, star
 		// request whole, cached under its own key.
 		p.metrics.BatchUnmapped.Inc()
 		key := string(q.key)
-		a, leader, err := p.load(s, q.route, key, false, false)
-		p.answer(ctx, q, nil, a, leader, err, start)
+		a, leader, err := p.load(s, q.route, key, whole != nil, false)
+		p.answer(ctx, q, whole, a, leader, err, start)
 		return
 	}
 	result, st := metrics.ResultMiss, statusMiss
@@ -124,6 +126,11 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, star
 		answered := errors.As(fetchErr, &e) && e.answered
 		for _, i := range needIdx {
 			if answered || !items[i].UsableOnError(ns) {
+				if !answered && whole.UsableOnError(ns) {
+					p.writeEntry(ctx, q, whole, now, staleErrorStatus(fetchErr))
+					p.done(ctx, q.route.id, metrics.ResultStaleError, start)
+					return
+				}
 				p.fail(ctx, q.route.id, start, fetchErr)
 				return
 			}
@@ -155,11 +162,11 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, star
 	}
 	body = append(body, "]}"...)
 	ttl := time.Duration(fresh - ns)
-	whole := cache.NewEntry(string(q.key), body, class, now, max(ttl, 0), 0, 0)
+	assembled := cache.NewEntry(string(q.key), body, class, now, max(ttl, 0), 0, 0)
 	if ttl > 0 && fetchErr == nil {
-		p.cache.Set(whole, now)
+		p.cache.Set(assembled, now)
 	}
-	p.writeEntry(ctx, q, whole, now, st)
+	p.writeEntry(ctx, q, assembled, now, st)
 	p.done(ctx, q.route.id, result, start)
 }
 

@@ -282,7 +282,12 @@ func TestUnmappableBatchFallsBackToWholeRequest(t *testing.T) {
 			w.Write(body)
 		})
 	}
-	h := newHarnessWrapped(t, wrap)
+	h := newHarnessWrapped(t, wrap, func(c *config.Config, _ *sim.Config) {
+		c.Cache.StaleWhileRevalidate = time.Second
+		c.Cache.StaleIfError = 48 * time.Hour
+		c.Upstream.Retries = 0
+		c.Upstream.BreakerFailures = 100
+	})
 	bogus = h.sim.UnknownHash(99)
 	hashes := h.sim.CrossHashes("TRADE_ZONE", 2)
 	target := "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + strings.Join(hashes, ",")
@@ -304,8 +309,22 @@ func TestUnmappableBatchFallsBackToWholeRequest(t *testing.T) {
 	}
 	// The whole request is cached.
 	before := h.upstreamCalls()
-	if r := h.get(target); !strings.HasPrefix(r.header["Cache-Status"], "explorer-edge; hit") || h.upstreamCalls() != before {
-		t.Fatalf("whole request not cached: %q", r.header["Cache-Status"])
+	hit := h.get(target)
+	if !strings.HasPrefix(hit.header["Cache-Status"], "explorer-edge; hit") || h.upstreamCalls() != before {
+		t.Fatalf("whole request not cached: %q", hit.header["Cache-Status"])
+	}
+	// Expired and the upstream failing, that whole answer stands in, as
+	// any cached answer within stale_if_error does.
+	_, ttl, _ := strings.Cut(hit.header["Cache-Status"], "ttl=")
+	secs, err := strconv.Atoi(ttl)
+	if err != nil {
+		t.Fatalf("Cache-Status %q", hit.header["Cache-Status"])
+	}
+	h.clock.Advance(time.Duration(secs+5) * time.Second)
+	h.sim.SetFaults(sim.Faults{HTTP500: 1})
+	r = h.get(target)
+	if r.status != 200 || !bytes.Equal(r.body, hit.body) || !strings.Contains(r.header["Cache-Status"], "detail=stale-if-error-upstream-error") {
+		t.Fatalf("expired, upstream failing: %d %q %.80s", r.status, r.header["Cache-Status"], r.body)
 	}
 }
 

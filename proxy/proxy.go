@@ -235,7 +235,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		return
 	}
 	if q.route.perHash {
-		p.serveBatch(ctx, s, q, start, now)
+		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
 	key := string(q.key)
