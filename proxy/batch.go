@@ -115,7 +115,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		p.metrics.BatchUnmapped.Inc()
 		key := string(q.key)
 		a, leader, err := p.load(s, q.route, key, whole != nil, false)
-		p.answer(ctx, q, whole, a, leader, err, start)
+		p.answer(ctx, s, q, whole, a, leader, err, start)
 		return
 	}
 	result, st := metrics.ResultMiss, statusMiss

@@ -310,6 +310,47 @@ func TestFleetServesTheSharedStaleCopyWhenTheUpstreamFails(t *testing.T) {
 	}
 }
 
+// A node with no copy of its own serves the copy in Redis within
+// stale_while_revalidate at once, as it would its own, and refreshes it
+// once behind the answer.
+func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 1, func(c *config.Config, _ *sim.Config) {
+		c.Cache.StaleWhileRevalidate = time.Minute
+	})
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+	good := edges[0].get(target) // the head page: fresh for 1 s
+	if good.status != 200 {
+		t.Fatalf("first node: %d %s", good.status, good.body)
+	}
+	h.clock.Advance(5 * time.Second) // stale, within stale_while_revalidate
+	late := startFleetEdge(h)
+	before := h.upstreamCalls()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := late.get(target)
+			if r.status != 200 || !bytes.Equal(r.body, good.body) || !strings.Contains(r.header["Cache-Status"], "detail=stale-while-revalidate") {
+				t.Errorf("new node: %d %q %.80s", r.status, r.header["Cache-Status"], r.body)
+			}
+		}()
+	}
+	wg.Wait()
+	key := cacheKey(t, late.p, target)
+	testkit.WaitFor(t, "the refresh", func() bool {
+		return late.cache.GetString(key).StateAt(h.clock.Now().UnixNano()) == cache.Fresh
+	})
+	r := late.get(target)
+	if !strings.HasPrefix(r.header["Cache-Status"], "explorer-edge; hit") || strings.Contains(r.header["Cache-Status"], "detail=") {
+		t.Fatalf("after the refresh: %q, want a plain hit", r.header["Cache-Status"])
+	}
+	if n := h.upstreamCalls() - before; n != 1 {
+		t.Fatalf("%d upstream calls, want exactly one refresh", n)
+	}
+}
+
 func TestFleetConcurrentColdRequestsCostOneCall(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 3, func(_ *config.Config, s *sim.Config) {
@@ -697,14 +738,7 @@ func benchmarkTierHit(b *testing.B, fromRedis bool) {
 	if r := e.get(target); r.status != 200 {
 		b.Fatalf("warm: %d %s", r.status, r.body)
 	}
-	u, _ := url.Parse(target)
-	var args fasthttp.Args
-	args.Parse(u.RawQuery)
-	var q query
-	if err := q.parse(routeByPath([]byte(u.Path)), &args, e.p.settings.Load().chains); err != nil {
-		b.Fatal(err)
-	}
-	key := string(q.key)
+	key := cacheKey(b, e.p, target)
 	if e.cache.GetString(key) == nil {
 		b.Fatalf("key %q not in the cache after warming", key)
 	}
@@ -743,13 +777,7 @@ func BenchmarkL2HitMulti(b *testing.B) {
 	if r := e.get(target); r.status != 200 {
 		b.Fatalf("warm: %d %s", r.status, r.body)
 	}
-	u, _ := url.Parse(target)
-	var args fasthttp.Args
-	args.Parse(u.RawQuery)
-	var q query
-	if err := q.parse(routeByPath([]byte(u.Path)), &args, e.p.settings.Load().chains); err != nil {
-		b.Fatal(err)
-	}
+	q := parseTarget(b, e.p, target)
 	whole := string(q.key) // the assembled answer is cached too
 	var ctx fasthttp.RequestCtx
 	ctx.Request.SetRequestURI(target)
@@ -776,6 +804,28 @@ func BenchmarkL2HitMulti(b *testing.B) {
 	if g := e.sharedCount("get", "ok") - gets; g != float64(20*n) {
 		b.Fatalf("%v hashes found in Redis in %d requests, want 20 each", g, n)
 	}
+}
+
+// cacheKey is the cache key p makes of target.
+func cacheKey(tb testing.TB, p *Proxy, target string) string {
+	tb.Helper()
+	return string(parseTarget(tb, p, target).key)
+}
+
+// parseTarget is target's parameters as p checks and normalizes them.
+func parseTarget(tb testing.TB, p *Proxy, target string) *query {
+	tb.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var args fasthttp.Args
+	args.Parse(u.RawQuery)
+	q := new(query)
+	if err := q.parse(routeByPath([]byte(u.Path)), &args, p.settings.Load().chains); err != nil {
+		tb.Fatal(err)
+	}
+	return q
 }
 
 func logShared(t testing.TB, edges []*fleetEdge) {

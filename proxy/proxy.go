@@ -240,12 +240,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	}
 	key := string(q.key)
 	a, leader, err := p.load(s, q.route, key, e != nil, false)
-	p.answer(ctx, q, e, a, leader, err, start)
+	p.answer(ctx, s, q, e, a, leader, err, start)
 }
 
 // answer writes the outcome of a load: the fetched entry, a passed-through
 // upstream envelope, a stale copy standing in for a failure, or the error.
-func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
 	id := q.route.id
 	now := p.clock()
 	if old == nil && a != nil {
@@ -262,11 +262,19 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, a *
 	}
 	result := metrics.ResultMiss
 	st := statusMiss
-	if !leader {
+	switch {
+	case a.revalidate:
+		// Served stale like a node's own copy; the flight that found it
+		// refreshes it, once, now that it is over.
+		result, st = metrics.ResultStale, statusStaleRevalidate
+		if leader {
+			p.refresh(s, q)
+		}
+	case !leader:
 		result, st = metrics.ResultCollapsed, statusCollapsed
-	} else if a.shared {
+	case a.shared:
 		result, st = metrics.ResultHit, statusSharedHit
-	} else if a.cached {
+	case a.cached:
 		result, st = metrics.ResultHit, statusHit
 	}
 	if a.entry != nil {
@@ -317,6 +325,9 @@ type answer struct {
 	// for a node that had none of its own: it stands in for a failure as
 	// the node's own stale copy would.
 	stale *cache.Entry
+	// revalidate: entry is a copy from the shared tier within
+	// stale_while_revalidate, served at once; it wants a refresh.
+	revalidate bool
 }
 
 // load fetches key through the flight: concurrent identical misses share
@@ -344,14 +355,22 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 		return &answer{entry: e, stored: true, cached: true}, nil
 	}
 	// A copy another node keeps in its stale windows is this node's stale
-	// copy too: it stands in if the fetch fails (a node started during an
+	// copy too: within stale_while_revalidate it is served at once and
+	// refreshed behind (not by a background fetch, which is that refresh);
+	// later it stands in if the fetch fails (a node started during an
 	// upstream outage has nothing of its own).
 	var shared *cache.Entry
 	if p.tier != nil {
 		e := p.tier.Get(key, p.clock())
-		if e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+		switch e.StateAt(p.clock().UnixNano()) {
+		case cache.Fresh:
 			p.cache.Set(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
+		case cache.Stale:
+			if !background {
+				p.cache.Set(e, p.clock())
+				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
+			}
 		}
 		if !haveStale && e != nil {
 			shared, haveStale = e, true
