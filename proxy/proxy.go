@@ -30,6 +30,7 @@ type settings struct {
 	ttl         [numRoutes]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
 	auth        *admission
+	memo        *uriMemo // what raw URIs parsed to under these settings
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -87,7 +88,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 }
 
 func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
-	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route"}
+	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo()}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
@@ -181,14 +182,21 @@ func (p *Proxy) clock() time.Time {
 }
 
 // Handle is the fasthttp handler of the public listener. A request reads top
-// to bottom: route, admission, parameters, cache, flight, fetch.
+// to bottom: route, admission, parameters, cache, flight, fetch. A URI asked
+// before under the same settings skips routing and parsing (uriMemo), and is
+// answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp reads the clock just before calling us
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
 	}
-	r := routeByPath(ctx.Path())
-	if r == nil {
+	s := p.settings.Load()
+	uri := ctx.Request.Header.RequestURI()
+	m := s.memo.lookup(uri)
+	var r *route
+	if m != nil {
+		r = m.route
+	} else if r = routeByPath(ctx.Path()); r == nil {
 		p.fail(ctx, routeUnknown, start, errNotFound)
 		return
 	}
@@ -196,8 +204,7 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 		p.fail(ctx, r.id, start, errMethod)
 		return
 	}
-	s := p.settings.Load()
-	if len(ctx.Request.Header.RequestURI()) > s.cfg.Server.MaxURLBytes {
+	if len(uri) > s.cfg.Server.MaxURLBytes {
 		p.fail(ctx, r.id, start, errURL)
 		return
 	}
@@ -209,11 +216,33 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	}
 	q := p.queries.Get().(*query)
 	defer p.queries.Put(q)
+	if m != nil && p.serveFresh(ctx, q, m, start) {
+		return
+	}
 	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
 		p.fail(ctx, r.id, start, err)
 		return
 	}
+	if m == nil {
+		s.memo.store(uri, q.key, r)
+	}
 	p.serve(ctx, s, q, start)
+}
+
+// serveFresh answers a remembered URI when its entry is fresh. Anything else
+// (stale, missing) takes the whole path.
+func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, start time.Time) bool {
+	now := start
+	if p.now != nil {
+		now = p.now()
+	}
+	e := p.cache.GetString(m.key)
+	if e.StateAt(now.UnixNano()) != cache.Fresh {
+		return false
+	}
+	p.writeEntry(ctx, q, e, now, statusHit)
+	p.done(ctx, m.route.id, metrics.ResultHit, start)
+	return true
 }
 
 // serve answers a valid request from cache or upstream.

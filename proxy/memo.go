@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+)
+
+// uriMemo remembers, for request URIs exactly as clients sent them, the
+// route and canonical cache key their parse produced. A repeated question
+// then skips the URI and argument parsing and the normalization: on a hit
+// under load those were about 6% of the edge's CPU per request (see README,
+// Performance). The parse is a pure function of the raw URI and the
+// settings, so a memo belongs to one settings value and a reload starts an
+// empty one.
+//
+// It is a fixed table of slots holding pointers, each URI with two possible
+// slots; a store overwrites. It holds no cache entries (an evicted entry is
+// never kept alive by it), only URIs and keys of up to memoMaxURI bytes: at
+// most memoSlots*(2*memoMaxURI+80) bytes, 9.3 MiB, in the worst case of
+// every slot holding a different long URI, and 128 KiB when empty.
+type uriMemo struct {
+	seed  maphash.Seed
+	slots [memoSlots]atomic.Pointer[memoEntry]
+}
+
+const (
+	memoSlots  = 1 << 14 // the many-keys benchmark cycles through 4000 URIs
+	memoMaxURI = 256     // longer URIs (hash lists) are parsed every time
+)
+
+type memoEntry struct {
+	raw   string // the request URI as sent
+	key   string // q.key after a successful parse of raw
+	route *route
+}
+
+func newURIMemo() *uriMemo { return &uriMemo{seed: maphash.MakeSeed()} }
+
+// slotsOf returns the two slots raw may live in.
+func (m *uriMemo) slotsOf(raw []byte) (a, b *atomic.Pointer[memoEntry]) {
+	h := maphash.Bytes(m.seed, raw)
+	return &m.slots[h%memoSlots], &m.slots[(h>>32)%memoSlots]
+}
+
+// lookup returns what raw parsed to, or nil when it is not remembered.
+func (m *uriMemo) lookup(raw []byte) *memoEntry {
+	if len(raw) > memoMaxURI {
+		return nil
+	}
+	a, b := m.slotsOf(raw)
+	if e := a.Load(); e != nil && e.raw == string(raw) {
+		return e
+	}
+	if e := b.Load(); e != nil && e.raw == string(raw) {
+		return e
+	}
+	return nil
+}
+
+// store remembers that raw parsed to key on route r. It takes the first
+// empty slot of the two, else the second.
+func (m *uriMemo) store(raw, key []byte, r *route) {
+	if len(raw) > memoMaxURI || len(key) > memoMaxURI || r.perHash {
+		return
+	}
+	e := &memoEntry{raw: string(raw), key: string(key), route: r}
+	a, b := m.slotsOf(raw)
+	if a.CompareAndSwap(nil, e) {
+		return
+	}
+	b.Store(e)
+}
