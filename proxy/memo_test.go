@@ -14,7 +14,9 @@ import (
 func TestMemoNeverAnswersForAnotherURI(t *testing.T) {
 	m := newURIMemo()
 	r := routeByPath([]byte("/api/v5/chainx/block/block-list"))
-	uri := func(i int) string { return fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d", i) }
+	uri := func(i int) string {
+		return fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d", i)
+	}
 	key := func(i int) string { return fmt.Sprintf("key-%d", i) }
 	n := 3 * memoSlots
 	for i := range n {
