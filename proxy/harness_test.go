@@ -151,7 +151,7 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	}
 	h.addr = ln.Addr().String()
 	h.srv = h.p.NewServer(h.cfg.Server)
-	go h.srv.Serve(ln)
+	go h.srv.Serve(GatherListener(ln))
 	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
 	t.Cleanup(func() { h.srv.Shutdown(); cleanup(); c.Close() })
 }

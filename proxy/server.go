@@ -13,7 +13,8 @@ import (
 
 // NewServer is the public fasthttp server with the hardening of
 // server.*: timeouts that cut off slow clients, bounded headers and
-// connections, no request bodies (every route is a GET).
+// connections, no request bodies (every route is a GET). Serve it on
+// GatherListener(ln): its write buffer is sized for that.
 func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:            p.Handle,
@@ -22,7 +23,7 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		WriteTimeout:       cfg.WriteTimeout,
 		IdleTimeout:        cfg.IdleTimeout,
 		ReadBufferSize:     cfg.MaxHeaderBytes, // bounds request line + headers
-		WriteBufferSize:    32 << 10,           // one write per typical answer
+		WriteBufferSize:    writeChunk,         // the body bypasses it: gatherConn
 		MaxRequestBodySize: 4 << 10,
 		Concurrency:        cfg.MaxConns,
 		ReduceMemoryUsage:  false,

@@ -136,7 +136,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	srv := p.NewServer(cfg.Server)
 	admin := &fasthttp.Server{Handler: p.AdminHandler(), Name: "explorer-edge-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(proxy.GatherListener(ln)) }()
 	go func() { errc <- admin.Serve(adminLn) }()
 	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
