@@ -18,7 +18,7 @@ import (
 // GatherListener.
 func gatherServer(t *testing.T) string {
 	t.Helper()
-	body := make([]byte, 1<<20)
+	body := make([]byte, 16<<20)
 	for i := range body {
 		body[i] = byte('a' + i%26)
 	}
@@ -92,6 +92,19 @@ func TestGatherConnSendsEveryByte(t *testing.T) {
 	for _, n := range sizes[:200] {
 		readAnswer(t, br, n+writeChunk-100)
 	}
+
+	// An answer larger than the socket buffers (tcp_wmem's default maximum
+	// is 4 MB) read 512 bytes at a time: the buffers fill, writev returns
+	// EAGAIN and the write waits for the socket, then goes on (two EAGAINs
+	// in the run that checked it).
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	slow.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(slow, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", 16<<20)
+	readAnswer(t, bufio.NewReaderSize(slow, 512), 16<<20)
 
 	for _, n := range sizes[writeChunk-400 : writeChunk+64] {
 		c, err := net.Dial("tcp", addr)
