@@ -4,8 +4,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
-	"unsafe"
 )
 
 // writeChunk is the size of fasthttp's response write buffer on the public
@@ -31,12 +29,10 @@ func (l gatherListener) Accept() (net.Conn, error) {
 	if !ok {
 		return c, nil
 	}
-	raw, err := tc.SyscallConn()
-	if err != nil {
+	g := &gatherConn{TCPConn: tc}
+	if err := g.sock.init(tc); err != nil {
 		return c, nil
 	}
-	g := &gatherConn{TCPConn: tc, raw: raw}
-	g.writeFn, g.readFn = g.writeSome, g.readSome
 	return g, nil
 }
 
@@ -51,15 +47,7 @@ func (l gatherListener) Accept() (net.Conn, error) {
 // The small buffer is also what a keep-alive connection keeps between
 // requests: fasthttp holds a connection's writer for its lifetime.
 //
-// Reads and writes are raw system calls on the non-blocking socket: they
-// return at once, with EAGAIN when there is nothing to read or no room to
-// write, and then the goroutine waits for the socket through Go's poller,
-// under the connection's deadlines, as net.Conn's Read and Write do. Go's
-// own Read and Write enter the scheduler's syscall state instead; a call
-// that outlasts 20 us (a loopback write of an 8 KB answer often does, and
-// any call does when the host takes the CPU away) lets the sysmon thread
-// take the processor from the thread in the syscall and hand it to another,
-// after which sysmon wakes every 20 us for a while to look again.
+// On Linux, reads and writes are raw system calls (sock, conn_linux.go).
 //
 // As fasthttp uses it, one goroutine reads and writes; a Read may run
 // beside a Write or a Close, not beside another Read.
@@ -70,23 +58,10 @@ func (l gatherListener) Accept() (net.Conn, error) {
 // goroutine (fasthttp's Shutdown closes idle connections).
 type gatherConn struct {
 	*net.TCPConn
-	raw     syscall.RawConn
-	writeFn func(fd uintptr) bool // writeSome, bound once
-	readFn  func(fd uintptr) bool // readSome, bound once
-
-	// The read in progress, for readSome.
-	in   []byte
-	got  int
-	rerr error
+	sock // the system calls: writeAll and read
 
 	mu   sync.Mutex
 	held []byte
-
-	// The write in progress, for writeSome.
-	out  [2][]byte
-	iovs [2]syscall.Iovec
-	sent int
-	werr error
 }
 
 func (c *gatherConn) Write(p []byte) (int, error) {
@@ -94,7 +69,7 @@ func (c *gatherConn) Write(p []byte) (int, error) {
 	defer c.mu.Unlock()
 	if len(c.held) > 0 {
 		held := len(c.held)
-		n, err := c.writeAll(c.held, p)
+		n, err := c.writeAll(c.TCPConn, c.held, p)
 		c.held = c.held[:0]
 		return max(n-held, 0), err
 	}
@@ -102,54 +77,7 @@ func (c *gatherConn) Write(p []byte) (int, error) {
 		c.held = append(c.held[:0], p...)
 		return len(p), nil
 	}
-	return c.writeAll(p, nil)
-}
-
-// writeAll sends a then b, whole, and returns how many bytes went.
-func (c *gatherConn) writeAll(a, b []byte) (int, error) {
-	c.out = [2][]byte{a, b}
-	c.sent, c.werr = 0, nil
-	err := c.raw.Write(c.writeFn) // a deadline or a close: an *net.OpError
-	if err == nil && c.werr != nil {
-		err = &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: c.werr}
-	}
-	c.out, c.iovs = [2][]byte{}, [2]syscall.Iovec{} // keep no body alive
-	return c.sent, err
-}
-
-// writeSome is the RawConn callback: writev until c.out is sent (true), an
-// error (true, in c.werr) or a full socket buffer (false: wait and retry).
-func (c *gatherConn) writeSome(fd uintptr) bool {
-	for {
-		n := 0
-		for _, b := range c.out {
-			if len(b) > 0 {
-				c.iovs[n] = syscall.Iovec{Base: &b[0]}
-				c.iovs[n].SetLen(len(b))
-				n++
-			}
-		}
-		if n == 0 {
-			return true
-		}
-		w, _, errno := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&c.iovs[0])), uintptr(n))
-		switch errno {
-		case 0:
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		default:
-			c.werr = errno
-			return true
-		}
-		c.sent += int(w)
-		for i := range c.out {
-			k := min(int(w), len(c.out[i]))
-			c.out[i] = c.out[i][k:]
-			w -= uintptr(k)
-		}
-	}
+	return c.writeAll(c.TCPConn, p, nil)
 }
 
 // flush sends held bytes on their own.
@@ -159,7 +87,7 @@ func (c *gatherConn) flush() error {
 	if len(c.held) == 0 {
 		return nil
 	}
-	_, err := c.writeAll(c.held, nil)
+	_, err := c.writeAll(c.TCPConn, c.held, nil)
 	c.held = c.held[:0]
 	return err
 }
@@ -168,41 +96,7 @@ func (c *gatherConn) Read(p []byte) (int, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
-	if len(p) == 0 {
-		return 0, nil
-	}
-	c.in, c.got, c.rerr = p, 0, nil
-	err := c.raw.Read(c.readFn) // a deadline or a close: an *net.OpError
-	c.in = nil
-	switch {
-	case err != nil:
-		return 0, err
-	case c.rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: c.rerr}
-	case c.got == 0:
-		return 0, io.EOF
-	}
-	return c.got, nil
-}
-
-// readSome is the RawConn callback: one read into c.in (true), or nothing
-// there yet (false: wait and retry).
-func (c *gatherConn) readSome(fd uintptr) bool {
-	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.in[0])), uintptr(len(c.in)))
-		switch errno {
-		case 0:
-			c.got = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		default:
-			c.rerr = errno
-			return true
-		}
-	}
+	return c.read(c.TCPConn, p)
 }
 
 func (c *gatherConn) Close() error {
