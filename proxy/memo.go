@@ -63,7 +63,8 @@ func (m *uriMemo) store(raw, key []byte, r *route) {
 	if len(raw) > memoMaxURI || len(key) > memoMaxURI || r.perHash {
 		return
 	}
-	e := &memoEntry{raw: string(raw), key: string(key), route: r}
+	both := string(raw) + string(key) // one allocation, read together
+	e := &memoEntry{raw: both[:len(raw)], key: both[len(raw):], route: r}
 	a, b := m.slotsOf(raw)
 	if a.CompareAndSwap(nil, e) {
 		return
