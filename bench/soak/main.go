@@ -166,43 +166,35 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		len(pl.valid), len(pl.hot), pl.up400, len(pl.invalid), pl.byRoute)
 
 	// explorer-sim, frozen chain.
-	simAddr, err := freeAddr()
-	if err != nil {
-		return res, err
-	}
-	simProc, err := startChild("explorer-sim", o.simBin,
-		[]string{"-listen", simAddr, "-frozen-at", frozenAt, "-seed", fmt.Sprint(simSeed)},
-		filepath.Join(dir, "explorer-sim.log"))
+	var simAddr string
+	simProc, err := startOnFreePorts(ctx, 1, func(addrs []string) (*child, string, error) {
+		simAddr = addrs[0]
+		c, err := startChild("explorer-sim", o.simBin,
+			[]string{"-listen", simAddr, "-frozen-at", frozenAt, "-seed", fmt.Sprint(simSeed)},
+			filepath.Join(dir, "explorer-sim.log"))
+		return c, "http://" + simAddr + "/sim/stats", err
+	})
 	if err != nil {
 		return res, err
 	}
 	defer simProc.kill()
-	if err := waitReady(ctx, simProc, "http://"+simAddr+"/sim/stats"); err != nil {
-		return res, err
-	}
 	sc := &simControl{base: "http://" + simAddr, hc: &http.Client{Timeout: 5 * time.Second}, tl: newTimeline()}
 
 	// explorer-edge.
-	listen, err := freeAddr()
-	if err != nil {
-		return res, err
-	}
-	admin, err := freeAddr()
-	if err != nil {
-		return res, err
-	}
-	cfgPath := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(cfgPath, []byte(edgeConfig(listen, admin, "http://"+simAddr, o.maxBytes)), 0o600); err != nil {
-		return res, err
-	}
-	edgeProc, err := startChild("explorer-edge", o.edgeBin, []string{"-config", cfgPath}, filepath.Join(dir, "explorer-edge.log"))
+	var listen, admin string
+	edgeProc, err := startOnFreePorts(ctx, 2, func(addrs []string) (*child, string, error) {
+		listen, admin = addrs[0], addrs[1]
+		cfgPath := filepath.Join(dir, "edge.yaml")
+		if err := os.WriteFile(cfgPath, []byte(edgeConfig(listen, admin, "http://"+simAddr, o.maxBytes)), 0o600); err != nil {
+			return nil, "", err
+		}
+		c, err := startChild("explorer-edge", o.edgeBin, []string{"-config", cfgPath}, filepath.Join(dir, "explorer-edge.log"))
+		return c, "http://" + admin + "/healthz", err
+	})
 	if err != nil {
 		return res, err
 	}
 	defer edgeProc.kill()
-	if err := waitReady(ctx, edgeProc, "http://"+admin+"/healthz"); err != nil {
-		return res, err
-	}
 	logf("explorer-sim on %s, explorer-edge on %s (admin %s), files in %s", simAddr, listen, admin, dir)
 
 	// The edge dying ends the load at once.

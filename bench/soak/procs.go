@@ -83,6 +83,37 @@ func (c *child) kill() {
 	<-c.exited
 }
 
+// startOnFreePorts starts a child on n loopback addresses free a moment
+// before and waits until it answers on the URL start returns. A port can be
+// taken in between by another process (go test runs packages side by
+// side); a child that exits before it is ready is started again on new
+// ports, three times at most.
+func startOnFreePorts(ctx context.Context, n int, start func(addrs []string) (*child, string, error)) (*child, error) {
+	var err error
+	for range 3 {
+		addrs := make([]string, n)
+		for i := range addrs {
+			if addrs[i], err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		var c *child
+		var ready string
+		if c, ready, err = start(addrs); err != nil {
+			return nil, err
+		}
+		if err = waitReady(ctx, c, ready); err == nil {
+			return c, nil
+		}
+		exited := !c.alive()
+		c.kill()
+		if !exited {
+			return nil, err // alive but not answering: no port clash
+		}
+	}
+	return nil, err
+}
+
 // freeAddr is a loopback address nothing listens on right now.
 func freeAddr() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
