@@ -67,17 +67,14 @@ type gatherConn struct {
 func (c *gatherConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.held) > 0 {
-		held := len(c.held)
-		n, err := c.writeAll(c.TCPConn, c.held, p)
-		c.held = c.held[:0]
-		return max(n-held, 0), err
-	}
-	if len(p) == writeChunk {
+	if len(c.held) == 0 && len(p) == writeChunk {
 		c.held = append(c.held[:0], p...)
 		return len(p), nil
 	}
-	return c.writeAll(c.TCPConn, p, nil)
+	held := len(c.held)
+	n, err := c.writeAll(c.TCPConn, c.held, p)
+	c.held = c.held[:0]
+	return max(n-held, 0), err
 }
 
 // flush sends held bytes on their own.

@@ -181,6 +181,15 @@ func (p *Proxy) clock() time.Time {
 	return time.Now()
 }
 
+// judgedAt is the time a request's cache entry is judged at: when fasthttp
+// read the request (start), or the test clock.
+func (p *Proxy) judgedAt(start time.Time) time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return start
+}
+
 // Handle is the fasthttp handler of the public listener. A request reads top
 // to bottom: route, admission, parameters, cache, flight, fetch. A URI asked
 // before under the same settings skips routing and parsing (uriMemo), and is
@@ -232,10 +241,7 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 // serveFresh answers a remembered URI when its entry is fresh. Anything else
 // (stale, missing) takes the whole path.
 func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, start time.Time) bool {
-	now := start
-	if p.now != nil {
-		now = p.now()
-	}
+	now := p.judgedAt(start)
 	e := p.cache.GetString(m.key)
 	if e.StateAt(now.UnixNano()) != cache.Fresh {
 		return false
@@ -247,10 +253,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 
 // serve answers a valid request from cache or upstream.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
-	now := start
-	if p.now != nil {
-		now = p.now()
-	}
+	now := p.judgedAt(start)
 	e := p.cache.Get(q.key)
 	switch e.StateAt(now.UnixNano()) {
 	case cache.Fresh:
