@@ -165,6 +165,13 @@ type Cache struct {
 	evictions atomic.Int64
 }
 
+// MemoryLimit is the soft Go heap limit (debug.SetMemoryLimit) that keeps
+// a process whose memory is mostly a full, evicting cache of maxBytes
+// within 1.5x maxBytes plus its baseline. Without a limit the heap of such
+// a cache settles near 2x (BenchmarkMemory). explorer-edge sets it at start
+// unless GOMEMLIMIT is set.
+func MemoryLimit(maxBytes int64) int64 { return maxBytes + maxBytes/2 + 64<<20 }
+
 // New returns a cache bounded by cfg.MaxBytes.
 func New(cfg Config) (*Cache, error) {
 	if cfg.MaxBytes <= 0 {

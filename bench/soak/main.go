@@ -113,7 +113,7 @@ const (
 	// rssBaseline is the edge's memory beside its cache: the Go runtime,
 	// the binary's pages, goroutine stacks, fasthttp buffers, metrics. It
 	// is what the edge adds to 1.5 x cache.max_bytes in its own soft
-	// memory limit (cmd/explorer-edge memoryLimit). The edge starts at
+	// memory limit (cache.MemoryLimit). The edge starts at
 	// about 13 MiB RSS; the rest is the heap's headroom for what is in
 	// flight: upstream bodies, gzip compressors (about 1 MiB each while
 	// storing), 32 connections' 40 KiB buffers, up to ~150 goroutines.

@@ -76,9 +76,6 @@ func newLogger(cfg config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// memoryLimit is the soft heap limit for a cache of maxBytes.
-func memoryLimit(maxBytes int64) int64 { return maxBytes + maxBytes/2 + 64<<20 }
-
 // run serves until SIGTERM/SIGINT (or stop, in tests) and drains.
 func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{}) error {
 	level := new(slog.LevelVar)
@@ -90,7 +87,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	// near 2x cache.max_bytes (bench: BenchmarkMemory); a soft limit of
 	// 1.5x plus a baseline keeps RSS within that bound. GOMEMLIMIT wins.
 	if os.Getenv("GOMEMLIMIT") == "" {
-		limit := memoryLimit(cfg.Cache.MaxBytes)
+		limit := cache.MemoryLimit(cfg.Cache.MaxBytes)
 		debug.SetMemoryLimit(limit)
 		log.Info("memory limit", "bytes", limit, "source", "1.5 x cache.max_bytes + 64 MiB")
 	}
