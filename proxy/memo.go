@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 )
 
@@ -63,7 +64,13 @@ func (m *uriMemo) store(raw, key []byte, r *route) {
 	if len(raw) > memoMaxURI || len(key) > memoMaxURI || r.perHash {
 		return
 	}
-	both := string(raw) + string(key) // one allocation, read together
+	// One allocation, read together. (string(raw) + string(key) is three
+	// when they are longer than 32 bytes: each conversion copies first.)
+	var sb strings.Builder
+	sb.Grow(len(raw) + len(key))
+	sb.Write(raw)
+	sb.Write(key)
+	both := sb.String()
 	e := &memoEntry{raw: both[:len(raw)], key: both[len(raw):], route: r}
 	a, b := m.slotsOf(raw)
 	if a.CompareAndSwap(nil, e) {

@@ -113,3 +113,23 @@ func TestRememberedURIIsStillAdmitted(t *testing.T) {
 		t.Fatalf("unsigned ask of a remembered, cached URI: %d %s", r.status, r.body)
 	}
 }
+
+// Remembering a URI costs two allocations, the entry and one string holding
+// the URI and its key, however long they are.
+func TestRememberingAURIAllocatesTwice(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	m := newURIMemo()
+	r := routeByPath([]byte("/api/v5/chainx/block/block-list"))
+	raw := []byte("/api/v5/chainx/block/block-list?chainShortName=chainx&height=30198879&limit=17")
+	key := []byte("/api/v5/chainx/block/block-list?chainShortName=CHAINX&height=30198879&limit=17&page=1")
+	allocs := testing.AllocsPerRun(100, func() { m.store(raw, key, r) })
+	if allocs != 2 {
+		t.Fatalf("store: %v allocations, want 2", allocs)
+	}
+	e := m.lookup(raw)
+	if e == nil || e.raw != string(raw) || e.key != string(key) {
+		t.Fatalf("lookup after store: %+v", e)
+	}
+}
