@@ -141,6 +141,12 @@ func (e *Entry) TTL(now int64) int64 {
 	return -((-d + int64(time.Second) - 1) / int64(time.Second))
 }
 
+// Lifetime is the freshness lifetime in whole seconds: from the upstream's
+// answer to the end of the fresh time (RFC 9111 section 4.2.1, max-age).
+func (e *Entry) Lifetime() int64 {
+	return max(e.Fresh-e.Stored, 0) / int64(time.Second)
+}
+
 // Age is the entry's age at now in whole seconds (RFC 9111 section 5.1).
 func (e *Entry) Age(now int64) int64 {
 	if now <= e.Stored {

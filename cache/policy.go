@@ -26,6 +26,18 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
 
+// settledness orders the classes from the least settled.
+var settledness = [numClasses]int{Head: 0, Negative: 1, Volatile: 2, Final: 3}
+
+// LeastSettled is the class of an answer made of parts of classes a and b:
+// the class of the part that may change soonest.
+func LeastSettled(a, b Class) Class {
+	if a < numClasses && b < numClasses && settledness[b] < settledness[a] {
+		return b
+	}
+	return a
+}
+
 // TTLs holds the fresh time of each class for one route. A zero field means
 // the class does not occur on that route.
 type TTLs struct {
@@ -86,9 +98,9 @@ func DefaultTTLs() map[string]TTLs {
 	return map[string]TTLs{
 		"position-list":              {Volatile: 30 * time.Second},
 		"block-list":                 {Head: time.Second, Final: 24 * time.Hour},
-		"transaction-list":           {Head: 2 * time.Second, Final: 24 * time.Hour},
-		"transaction-multi":          {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
-		"transaction-fills":          {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
-		"internal-transaction-multi": {Head: 2 * time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+		"transaction-list":           {Head: time.Second, Final: 24 * time.Hour},
+		"transaction-multi":          {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+		"transaction-fills":          {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
+		"internal-transaction-multi": {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	}
 }

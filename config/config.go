@@ -35,6 +35,16 @@ type Config struct {
 	Server          Server        `koanf:"server"`
 	Log             Log           `koanf:"log"`
 	Shared          Shared        `koanf:"shared"`
+	CORS            CORS          `koanf:"cors"`
+}
+
+// CORS lets frontends running in a browser on other origins call the edge.
+type CORS struct {
+	// AllowOrigins are the origins ("https://app.example.com", scheme and
+	// host as a browser sends them) whose requests get CORS headers; "*"
+	// allows every origin. Empty (the default): no CORS headers at all.
+	AllowOrigins []string      `koanf:"allow_origins"`
+	MaxAge       time.Duration `koanf:"max_age"` // how long a browser may keep a preflight's answer
 }
 
 // Upstream is the explorer API the edge forwards misses to.
@@ -80,16 +90,45 @@ type Auth struct {
 
 // Cache sizes the cache and sets its times.
 type Cache struct {
-	MaxBytes             int64         `koanf:"max_bytes"`              // bound on bytes held by entries
-	StaleWhileRevalidate time.Duration `koanf:"stale_while_revalidate"` // serve stale and refresh once in the background
-	StaleIfError         time.Duration `koanf:"stale_if_error"`         // serve stale while the upstream fails
-	BatchWindow          time.Duration `koanf:"batch_window"`           // gather per-hash misses into one upstream call
+	MaxBytes int64 `koanf:"max_bytes"` // bound on bytes held by entries
+	// StaleWhileRevalidate is how long past its fresh time an answer of
+	// each class is still served at once while one background refresh
+	// runs: {head: 1s, final: 30s, volatile: 30s, negative: 5s}. A single
+	// duration sets every class. The head window bounds how far the newest
+	// pages lag the chain (fresh + window: 2 blocks with the defaults).
+	StaleWhileRevalidate Windows       `koanf:"stale_while_revalidate"`
+	StaleIfError         time.Duration `koanf:"stale_if_error"` // serve stale while the upstream fails
+	BatchWindow          time.Duration `koanf:"batch_window"`   // gather per-hash misses into one upstream call
 	// Policy is "finality" (TTL by how settled each answer is) or "route"
 	// (one TTL per route: the shortest of its classes), for comparison.
 	Policy string `koanf:"policy"`
 	// TTL overrides fresh times per route and class, e.g.
 	// ttl: {block-list: {head: 2s}}. Unnamed values keep their defaults.
 	TTL map[string]cache.TTLs `koanf:"ttl"`
+}
+
+// Windows is one duration per answer class.
+type Windows struct {
+	Head     time.Duration `koanf:"head"`
+	Final    time.Duration `koanf:"final"`
+	Volatile time.Duration `koanf:"volatile"`
+	Negative time.Duration `koanf:"negative"`
+}
+
+// AllWindows is d for every class.
+func AllWindows(d time.Duration) Windows { return Windows{d, d, d, d} }
+
+// For is the window of class c.
+func (w Windows) For(c cache.Class) time.Duration {
+	switch c {
+	case cache.Head:
+		return w.Head
+	case cache.Final:
+		return w.Final
+	case cache.Volatile:
+		return w.Volatile
+	}
+	return w.Negative
 }
 
 // Server hardens the public listener.
@@ -151,7 +190,7 @@ func Default() Config {
 		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second},
 		Cache: Cache{
 			MaxBytes:             256 << 20,
-			StaleWhileRevalidate: 30 * time.Second,
+			StaleWhileRevalidate: Windows{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
 			StaleIfError:         10 * time.Minute,
 			BatchWindow:          2 * time.Millisecond,
 			Policy:               "finality",
@@ -165,7 +204,8 @@ func Default() Config {
 			MaxURLBytes:    4 << 10,
 			MaxConns:       10_000,
 		},
-		Log: Log{Level: "info", Format: "json"},
+		Log:  Log{Level: "info", Format: "json"},
+		CORS: CORS{MaxAge: 10 * time.Minute},
 		Shared: Shared{
 			Timeout:    50 * time.Millisecond,
 			LockTTL:    10 * time.Second,
@@ -220,8 +260,10 @@ func decode(k *koanf.Koanf) (Config, error) {
 	overrides := map[string]cache.TTLs{}
 	ttlRaw := k.Get("cache.ttl")
 	clientsRaw := k.Get("auth.clients")
+	swrRaw := k.Get("cache.stale_while_revalidate")
 	k.Delete("cache.ttl")
 	k.Delete("auth.clients")
+	k.Delete("cache.stale_while_revalidate")
 	dc := func(out any) *mapstructure.DecoderConfig {
 		return &mapstructure.DecoderConfig{
 			DecodeHook: mapstructure.ComposeDecodeHookFunc(
@@ -238,6 +280,9 @@ func decode(k *koanf.Koanf) (Config, error) {
 	}
 	if err := decodeInto(ttlRaw, &overrides, dc); err != nil {
 		return Config{}, fmt.Errorf("config cache.ttl: %w", err)
+	}
+	if err := decodeWindows(swrRaw, &cfg.Cache.StaleWhileRevalidate, dc); err != nil {
+		return Config{}, fmt.Errorf("config cache.stale_while_revalidate: %w", err)
 	}
 	if clientsRaw != nil {
 		cfg.Auth.Clients = nil
@@ -262,6 +307,22 @@ func decode(k *koanf.Koanf) (Config, error) {
 	}
 	applyClientEnv(&cfg)
 	return cfg, nil
+}
+
+// decodeWindows reads a per-class map into w, over its defaults, or a
+// single duration for every class.
+func decodeWindows(raw any, w *Windows, dc func(any) *mapstructure.DecoderConfig) error {
+	if _, isMap := raw.(map[string]any); raw == nil || isMap {
+		return decodeInto(raw, w, dc)
+	}
+	var d struct {
+		D time.Duration `koanf:"d"`
+	}
+	if err := decodeInto(map[string]any{"d": raw}, &d, dc); err != nil {
+		return err
+	}
+	*w = AllWindows(d.D)
+	return nil
 }
 
 func decodeInto(raw any, out any, dc func(any) *mapstructure.DecoderConfig) error {
@@ -419,7 +480,9 @@ func (c *Config) Validate() error {
 	if ca.MaxBytes < 1<<20 {
 		bad("cache.max_bytes: must be >= 1048576, got %d", ca.MaxBytes)
 	}
-	nonNegative("cache.stale_while_revalidate", ca.StaleWhileRevalidate)
+	for c := range cache.Negative + 1 {
+		nonNegative("cache.stale_while_revalidate."+c.String(), ca.StaleWhileRevalidate.For(c))
+	}
 	nonNegative("cache.stale_if_error", ca.StaleIfError)
 	positive("cache.batch_window", ca.BatchWindow)
 	if ca.Policy != "finality" && ca.Policy != "route" {
@@ -463,6 +526,16 @@ func (c *Config) Validate() error {
 	if c.Log.AccessSample < 0 || c.Log.AccessSample > 1 {
 		bad("log.access_sample: must be within 0..1, got %v", c.Log.AccessSample)
 	}
+
+	for _, o := range c.CORS.AllowOrigins {
+		if o == "*" {
+			continue
+		}
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			bad("cors.allow_origins: %q is not \"*\" or an origin such as https://app.example.com", o)
+		}
+	}
+	nonNegative("cors.max_age", c.CORS.MaxAge)
 
 	sh := c.Shared
 	if sh.RedisAddr != "" {

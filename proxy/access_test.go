@@ -134,19 +134,38 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under -race")
 	}
-	h := newHarness(t)
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
-	if r := h.get(target); r.status != 200 {
-		t.Fatalf("warm: %d", r.status)
-	}
-	var ctx fasthttp.RequestCtx
-	ctx.Request.SetRequestURI(target)
-	ctx.Request.Header.SetMethod("GET")
-	allocs := testing.AllocsPerRun(200, func() {
-		ctx.Response.Reset()
-		h.p.Handle(&ctx)
-	})
-	if ctx.Response.StatusCode() != 200 || allocs != 0 {
-		t.Fatalf("hit: status %d, %v allocations per request, want 0", ctx.Response.StatusCode(), allocs)
+	for _, c := range []struct {
+		name    string
+		origins []string
+		headers []string
+	}{
+		{"plain", nil, nil},
+		{"gzip with weights, CORS origin", []string{"https://a.example", "https://app.example"},
+			[]string{"Accept-Encoding", "br;q=1.0, gzip;q=0.8, *;q=0.1", "Origin", "https://app.example"}},
+		{"CORS any, If-None-Match", []string{"*"}, []string{"Origin", "https://x.example", "If-None-Match", `"0000000000000000"`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, withCORS(c.origins...))
+			if r := h.get(target); r.status != 200 {
+				t.Fatalf("warm: %d", r.status)
+			}
+			var ctx fasthttp.RequestCtx
+			ctx.Request.SetRequestURI(target)
+			ctx.Request.Header.SetMethod("GET")
+			for i := 0; i+1 < len(c.headers); i += 2 {
+				ctx.Request.Header.Set(c.headers[i], c.headers[i+1])
+			}
+			allocs := testing.AllocsPerRun(200, func() {
+				ctx.Response.Reset()
+				h.p.Handle(&ctx)
+			})
+			if ctx.Response.StatusCode() != 200 || allocs != 0 {
+				t.Fatalf("hit: status %d, %v allocations per request, want 0", ctx.Response.StatusCode(), allocs)
+			}
+			if len(c.origins) > 0 && len(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) == 0 {
+				t.Fatalf("no CORS header on the hit")
+			}
+		})
 	}
 }

@@ -97,15 +97,7 @@ var methodGET = []byte("GET")
 // admit returns nil when the request may go on.
 func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) *Error {
 	if !a.signed {
-		if a.ips == nil {
-			return nil
-		}
-		ip := a.clientIP(ctx)
-		if ok, wait := a.ips.allow(ip, a.ipRate, a.ipBurst, now); !ok {
-			a.m.Reject(metrics.RejectRateLimit)
-			return errClientLimited.with(nil, ceilSeconds(wait))
-		}
-		return nil
+		return a.admitIP(ctx, now)
 	}
 	c, err := a.verify(&ctx.Request.Header, now)
 	if err != nil {
@@ -115,6 +107,18 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) *Error {
 	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
 		a.m.Reject(metrics.RejectRateLimit)
 		return errClientLimited.with(nil, ceilSeconds(untilToken(c.limiter, now)))
+	}
+	return nil
+}
+
+// admitIP applies the per-IP rate, when there is one.
+func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *Error {
+	if a.ips == nil {
+		return nil
+	}
+	if ok, wait := a.ips.allow(a.clientIP(ctx), a.ipRate, a.ipBurst, now); !ok {
+		a.m.Reject(metrics.RejectRateLimit)
+		return errClientLimited.with(nil, ceilSeconds(wait))
 	}
 	return nil
 }

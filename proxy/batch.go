@@ -145,10 +145,13 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	}
 	// Assemble in the order asked; the whole answer is cached under the
 	// request's key too, so a repeat is a plain zero-allocation hit.
+	// The answer is as old as its oldest part, fresh as long as all parts
+	// are, and may be served stale only within every part's windows.
 	body := append(make([]byte, 0, 64+n*1200), `{"code":"0","msg":"","data":[`...)
-	fresh := int64(1<<63 - 1)
 	first := true
-	class := cache.Final
+	part := items[0]
+	stored, fresh, swr, sie := part.Stored, part.Fresh, part.StaleWhileRevalidate, part.StaleIfError
+	class := part.Class
 	for _, e := range items {
 		if len(e.Body) > 0 {
 			if !first {
@@ -157,14 +160,17 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 			body = append(body, e.Body...)
 			first = false
 		}
-		fresh = min(fresh, e.Fresh)
-		class = min(class, e.Class) // Head < Final
+		stored, fresh = min(stored, e.Stored), min(fresh, e.Fresh)
+		swr, sie = min(swr, e.StaleWhileRevalidate), min(sie, e.StaleIfError)
+		class = cache.LeastSettled(class, e.Class)
 	}
 	body = append(body, "]}"...)
-	ttl := time.Duration(fresh - ns)
-	assembled := cache.NewEntry(string(q.key), body, class, now, max(ttl, 0), 0, 0)
-	if ttl > 0 && fetchErr == nil {
+	assembled := cache.NewEntry(string(q.key), body, class, time.Unix(0, stored), time.Duration(fresh-stored),
+		time.Duration(swr), time.Duration(sie))
+	if fresh > ns && fetchErr == nil {
 		p.cache.Set(assembled, now)
+	} else if st == statusPartial || st == statusMiss {
+		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
 	}
 	p.writeEntry(ctx, q, assembled, now, st)
 	p.done(ctx, q.route.id, result, start)
@@ -251,6 +257,7 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		}
 		key.WriteString(g.hashes[i])
 	}
+	sent := p.clock() // the answer is as old as the question
 	status, body, err := p.up.fetch(s, r, key.String(), haveStale, false)
 	if err == nil {
 		var code string
@@ -287,8 +294,8 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		if len(recs) > 0 {
 			class = classifyCross(p, nil, wrapData(recs))
 		}
-		e := cache.NewItem(hashKey(g.chain, h), recs, class, now, p.ttlFor(s, r, class),
-			s.cfg.Cache.StaleWhileRevalidate, s.cfg.Cache.StaleIfError)
+		e := cache.NewItem(hashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
+			s.cfg.Cache.StaleWhileRevalidate.For(class), s.cfg.Cache.StaleIfError)
 		p.cache.Set(e, now)
 		if p.tier != nil {
 			p.tier.Set(e, now)

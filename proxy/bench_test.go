@@ -35,6 +35,32 @@ func BenchmarkHit(b *testing.B) {
 	})
 }
 
+// BenchmarkHitCORS is BenchmarkHit from a browser: CORS on for a list of
+// origins, an Origin to echo and an Accept-Encoding with weights.
+func BenchmarkHitCORS(b *testing.B) {
+	h := newHarness(b, withCORS("https://a.example", "https://app.example"))
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
+	if r := h.get(target); r.status != 200 {
+		b.Fatalf("warm: %d %s", r.status, r.body)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var ctx fasthttp.RequestCtx
+		ctx.Request.SetRequestURI(target)
+		ctx.Request.Header.SetMethod("GET")
+		ctx.Request.Header.Set("Origin", "https://app.example")
+		ctx.Request.Header.Set("Accept-Encoding", "br;q=1.0, gzip;q=0.8, *;q=0.1")
+		for pb.Next() {
+			ctx.Response.Reset()
+			h.p.Handle(&ctx)
+			if ctx.Response.StatusCode() != 200 || len(ctx.Response.Header.ContentEncoding()) == 0 {
+				b.Fatalf("status %d, encoding %q", ctx.Response.StatusCode(), ctx.Response.Header.ContentEncoding())
+			}
+		}
+	})
+}
+
 // BenchmarkHitManyKeys cycles through 4000 cached answers (block lists and
 // block transactions of 2000 done heights), as bench/compare's many-keys
 // workload does: the cache lookup and the body leave the CPU caches.

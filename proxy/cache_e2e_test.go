@@ -17,15 +17,11 @@ import (
 )
 
 func maxAge(r resp) int {
-	v, _ := strings.CutPrefix(r.header["Cache-Control"], "public, max-age=")
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return -1
-	}
-	return n
+	n, _ := cacheControl(r.header["Cache-Control"])
+	return int(n)
 }
 
-func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = 0 }
+func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = config.Windows{} }
 
 func TestFinalityAwareTTLs(t *testing.T) {
 	h := newHarness(t, noStale)
@@ -41,14 +37,15 @@ func TestFinalityAwareTTLs(t *testing.T) {
 	if r := h.get(doneTxs); maxAge(r) != 86400 {
 		t.Fatalf("done block's transactions: max-age %d, want final 86400", maxAge(r))
 	}
+	// Its totalPage and the reachable window move with the head.
 	atHeight := fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d&limit=5", final-10)
-	if r := h.get(atHeight); maxAge(r) != 86400 {
-		t.Fatalf("block list of done blocks: max-age %d, want final", maxAge(r))
+	if r := h.get(atHeight); maxAge(r) != 1 {
+		t.Fatalf("block list of done blocks: max-age %d, want head 1", maxAge(r))
 	}
 
 	head := h.sim.Head("CHAINX")
 	pendingTxs := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", head)
-	if r := h.get(pendingTxs); maxAge(r) > 2 {
+	if r := h.get(pendingTxs); maxAge(r) > 1 {
 		t.Fatalf("pending block's transactions: max-age %d, want head TTL", maxAge(r))
 	}
 
@@ -73,7 +70,7 @@ func TestStaleWhileRevalidateOneRefresh(t *testing.T) {
 	h := newHarness(t)
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=30"
 	first := h.get(target)
-	h.clock.Advance(2 * time.Second) // past the 1 s head TTL, within 30 s
+	h.clock.Advance(1500 * time.Millisecond) // past the 1 s head TTL, within the head's 1 s stale window
 	h.sim.ResetStats()
 	h.sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
 	var wg sync.WaitGroup
@@ -126,7 +123,7 @@ func TestStaleIfError(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config, _ *sim.Config) {
-				c.Cache.StaleWhileRevalidate = time.Second
+				c.Cache.StaleWhileRevalidate = config.AllWindows(time.Second)
 				c.Cache.StaleIfError = time.Minute
 				c.Upstream.Timeout = 300 * time.Millisecond
 				c.Upstream.Retries = 1
@@ -283,7 +280,7 @@ func TestUnmappableBatchFallsBackToWholeRequest(t *testing.T) {
 		})
 	}
 	h := newHarnessWrapped(t, wrap, func(c *config.Config, _ *sim.Config) {
-		c.Cache.StaleWhileRevalidate = time.Second
+		c.Cache.StaleWhileRevalidate = config.AllWindows(time.Second)
 		c.Cache.StaleIfError = 48 * time.Hour
 		c.Upstream.Retries = 0
 		c.Upstream.BreakerFailures = 100

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/buger/jsonparser"
 	"github.com/valyala/fasthttp"
@@ -66,17 +67,14 @@ func indexByte(s string, c byte) int {
 
 func classifyVolatile(*Proxy, *query, []byte) cache.Class { return cache.Volatile }
 
-// classifyBlockList: the newest pages move with every block (head); a page
-// asked at a height whose blocks are all done never changes (final). Done
-// blocks raise the chain's finalized height.
+// classifyBlockList: every block list is head. Its blocks, once done, never
+// change, but its totalPage and the reachable window (the newest 10000
+// blocks) move with every block, also for a page asked at a height, so no
+// block-list answer is final. Done blocks raise the chain's finalized height.
 func classifyBlockList(p *Proxy, q *query, body []byte) cache.Class {
-	pending, n := false, 0
 	var maxDone int64
 	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
-		n++
-		state, _ := jsonparser.GetString(b, "state")
-		if state != "done" {
-			pending = true
+		if state, _ := jsonparser.GetString(b, "state"); state != "done" {
 			return
 		}
 		if h, err := jsonparser.GetString(b, "height"); err == nil {
@@ -86,10 +84,7 @@ func classifyBlockList(p *Proxy, q *query, body []byte) cache.Class {
 		}
 	}, "data", "[0]", "blockList")
 	p.observeFinal(string(q.chain), maxDone)
-	if q.height < 0 || pending || n == 0 {
-		return cache.Head
-	}
-	return cache.Final
+	return cache.Head
 }
 
 // observeFinal raises the finalized height of chain to h.
@@ -155,10 +150,16 @@ func classifyCross(_ *Proxy, _ *query, body []byte) cache.Class {
 	return cache.Final
 }
 
-// classifyInternal: internal transactions all at or below the finalized
-// height are final; none found is negative; otherwise head.
+// classifyInternal: the page is final only when every hash asked has rows
+// in it and every row is at or below the finalized height: then each hash
+// is mined in a done block, its internal transactions and so the paging
+// over them (totalPage) cannot change. A row above it makes the answer head;
+// a hash without rows (not mined yet, no internal transactions, unknown,
+// or its rows on other pages) makes it at most negative, since that hash
+// may still gain rows.
 func classifyInternal(p *Proxy, q *query, body []byte) cache.Class {
 	final := p.FinalHeight(string(q.chain))
+	var seen [maxHashes]bool
 	n, newer := 0, false
 	each := func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		n++
@@ -166,16 +167,27 @@ func classifyInternal(p *Proxy, q *query, body []byte) cache.Class {
 		if v, err := strconv.ParseInt(h, 10, 64); err != nil || v > final {
 			newer = true
 		}
+		id, _ := jsonparser.GetString(b, "txId")
+		for i := 0; i < q.nHashes; i++ {
+			if strings.EqualFold(id, string(q.hash(i))) {
+				seen[i] = true
+			}
+		}
 	}
 	// The spec names the list both ways; explorer-sim uses transactionList.
 	if _, err := jsonparser.ArrayEach(body, each, "data", "[0]", "transactionList"); err != nil {
 		jsonparser.ArrayEach(body, each, "data", "[0]", "internalTransactionDetails")
 	}
 	switch {
-	case n == 0:
-		return cache.Negative
 	case newer:
 		return cache.Head
+	case n == 0:
+		return cache.Negative
+	}
+	for i := 0; i < q.nHashes; i++ {
+		if !seen[i] {
+			return cache.Negative
+		}
 	}
 	return cache.Final
 }

@@ -74,7 +74,7 @@ func matrixConfig(c *config.Config, _ *sim.Config) {
 	for name := range c.Cache.TTL {
 		c.Cache.TTL[name] = cache.TTLs{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixTTL}
 	}
-	c.Cache.StaleWhileRevalidate = matrixTTL
+	c.Cache.StaleWhileRevalidate = config.AllWindows(matrixTTL)
 	c.Cache.StaleIfError = time.Hour
 	c.Upstream.Timeout = 400 * time.Millisecond
 	c.Upstream.Retries = 1

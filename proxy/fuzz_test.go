@@ -206,7 +206,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		if codeErr == nil && code == "0" && !json.Valid(body) {
 			t.Fatalf("code 0 for invalid JSON %q", body)
 		}
-		a, err := p.store(s, r, keys[r.id], status, body)
+		a, err := p.store(s, r, keys[r.id], p.clock(), status, body)
 		switch {
 		case err != nil:
 			var e *Error

@@ -144,9 +144,9 @@ func driveEveryResult(t *testing.T, h *harness) {
 		expect(h.get(targets[name]), name+" again", "explorer-edge; hit; ttl=")
 	}
 
-	// stale: the head block list (1 s fresh) 3 s later, within
-	// stale_while_revalidate; its refresh runs in the background.
-	h.clock.Advance(3 * time.Second)
+	// stale: the head block list (1 s fresh) 1.5 s later, within the
+	// head's 1 s stale_while_revalidate; its refresh runs in the background.
+	h.clock.Advance(1500 * time.Millisecond)
 	blocks := targets["block-list"]
 	expect(h.get(blocks), "stale block-list", "detail=stale-while-revalidate")
 	testkit.WaitFor(t, "the background refresh", func() bool {

@@ -30,7 +30,8 @@ type settings struct {
 	ttl         [numRoutes]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
 	auth        *admission
-	memo        *uriMemo // what raw URIs parsed to under these settings
+	memo        *uriMemo    // what raw URIs parsed to under these settings
+	cors        *corsPolicy // nil: no CORS headers
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -88,7 +89,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 }
 
 func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
-	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo()}
+	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: newCORS(cfg.CORS)}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
@@ -210,6 +211,18 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
+		// A CORS preflight never reaches the upstream; it passes the
+		// per-IP limit like any request.
+		if s.cors != nil && ctx.IsOptions() {
+			if err := s.auth.admitIP(ctx, start); err != nil {
+				p.fail(ctx, r.id, start, err)
+				return
+			}
+			if s.cors.preflight(ctx) {
+				p.metrics.Request(int(r.id), 0, time.Since(start).Seconds())
+				return
+			}
+		}
 		p.fail(ctx, r.id, start, errMethod)
 		return
 	}
@@ -331,6 +344,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
 	ctx.Response.Header.SetCanonical(hdrCacheStatus, csMissUncacheable)
 	ctx.Response.SetBodyRaw(a.body)
+	p.corsHeaders(ctx)
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(a.code), time.Since(start).Seconds())
 	p.access(ctx, id, result, a.code, start)
@@ -414,10 +428,13 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
 	}
+	// The answer is as old as the question: the upstream may have answered
+	// with what it knew when the call left.
+	asked := p.clock()
 	status, body, err := p.up.fetch(s, r, key, haveStale, background)
 	if err == nil {
 		var a *answer
-		if a, err = p.store(s, r, key, status, body); err == nil {
+		if a, err = p.store(s, r, key, asked, status, body); err == nil {
 			if a.entry == nil {
 				a.stale = shared
 			}
@@ -431,7 +448,7 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 }
 
 // store turns an upstream answer into an entry and caches it if its code is "0".
-func (p *Proxy) store(s *settings, r *route, key string, status int, body []byte) (*answer, error) {
+func (p *Proxy) store(s *settings, r *route, key string, asked time.Time, status int, body []byte) (*answer, error) {
 	code, err := envelopeCode(body)
 	if err != nil {
 		p.metrics.Upstream(int(r.id), metrics.OutcomeMalformed, -1)
@@ -442,9 +459,9 @@ func (p *Proxy) store(s *settings, r *route, key string, status int, body []byte
 	}
 	var q query // classification needs the parsed parameters of key
 	q.parseKey(r, key)
-	now := p.clock()
 	class := r.classify(p, &q, body)
-	e := cache.NewEntry(key, body, class, now, p.ttlFor(s, r, class), s.cfg.Cache.StaleWhileRevalidate, s.cfg.Cache.StaleIfError)
+	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), s.cfg.Cache.StaleWhileRevalidate.For(class), s.cfg.Cache.StaleIfError)
+	now := p.clock()
 	p.cache.Set(e, now)
 	if p.tier != nil {
 		p.tier.Set(e, now)

@@ -48,8 +48,9 @@ type route struct {
 	name   string // metric label and cache.ttl key
 	path   string // identical upstream and at the edge
 	params []param
-	// window bounds page*limit: only the newest 10000 rows are reachable
-	// (spec, Limits). 0 = no window.
+	// window bounds page*limit where the spec says only the newest 10000
+	// rows are reachable (holders, blocks). 0 = no window: other routes'
+	// pages go to the upstream, which decides.
 	window int
 	// perHash routes are cached per (chain, hash): transaction-multi and
 	// transaction-fills return the same records (DESIGN.md section 4).
@@ -95,7 +96,6 @@ var routes = [numRoutes]route{
 			{name: "page", kind: kindPage, def: "1"},
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
-		window:   10000,
 		classify: classifyTransactionList,
 	},
 	{
@@ -126,7 +126,6 @@ var routes = [numRoutes]route{
 			// and the edge use the block routes' 20 and 100.
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
-		window:   10000,
 		classify: classifyInternal,
 	},
 }

@@ -20,10 +20,16 @@ var (
 	hdrVary           = []byte("Vary")
 	hdrRetryAfter     = []byte("Retry-After")
 	hdrIfNoneMatch    = []byte("If-None-Match")
-	valAcceptEncoding = []byte("Accept-Encoding")
+	hdrAcceptEncoding = []byte("Accept-Encoding")
+	valAcceptEncoding = hdrAcceptEncoding
 	valGzip           = []byte("gzip")
+	valXGzip          = []byte("x-gzip")
+	etagGzipSuffix    = []byte(`-gz"`)
+	semicolon         = []byte(";")
 	ccNoStore         = []byte("no-store")
 	ccPublic          = []byte("public, max-age=")
+	ccSWR             = []byte(", stale-while-revalidate=")
+	ccSIE             = []byte(", stale-if-error=")
 	csMissUncacheable = []byte("explorer-edge; fwd=miss; detail=uncacheable")
 )
 
@@ -62,13 +68,12 @@ func staleErrorStatus(err error) cacheStatus {
 func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, now time.Time, st cacheStatus) {
 	h := &ctx.Response.Header
 	ns := now.UnixNano()
-	ttl := e.TTL(ns)
 	b := q.scratch[:0]
 
 	b = append(b, st.text...)
 	if st.hasTTL {
 		b = append(b, "; ttl="...)
-		b = strconv.AppendInt(b, ttl, 10)
+		b = strconv.AppendInt(b, e.TTL(ns), 10)
 	}
 	if st.detail != "" {
 		b = append(b, "; detail="...)
@@ -76,27 +81,107 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	}
 	h.SetCanonical(hdrCacheStatus, b)
 
+	// RFC 9111: max-age is the freshness lifetime and Age the time since
+	// the upstream answered, so a shared cache keeps the answer fresh for
+	// max-age - Age more; the stale windows go as RFC 5861 directives.
 	b = append(b[:0], ccPublic...)
-	b = strconv.AppendInt(b, max(ttl, 0), 10)
+	b = strconv.AppendInt(b, e.Lifetime(), 10)
+	if e.StaleWhileRevalidate >= int64(time.Second) {
+		b = append(b, ccSWR...)
+		b = strconv.AppendInt(b, e.StaleWhileRevalidate/int64(time.Second), 10)
+	}
+	if e.StaleIfError >= int64(time.Second) {
+		b = append(b, ccSIE...)
+		b = strconv.AppendInt(b, e.StaleIfError/int64(time.Second), 10)
+	}
 	h.SetCanonical(hdrCacheControl, b)
 
 	b = strconv.AppendInt(b[:0], e.Age(ns), 10)
 	h.SetCanonical(hdrAge, b)
-	h.SetCanonical(hdrETag, e.ETag)
-	h.SetCanonical(hdrVary, valAcceptEncoding)
+
+	// Each representation has its own strong validator (RFC 9110 section
+	// 8.8.3): the gzip body's is the identity body's with "-gz".
+	gz := e.Gzip != nil && acceptsGzip(ctx.Request.Header.PeekBytes(hdrAcceptEncoding))
+	etag := e.ETag
+	if gz {
+		b = append(b[:0], e.ETag[:len(e.ETag)-1]...)
+		b = append(b, etagGzipSuffix...)
+		etag = b
+	}
+	h.SetCanonical(hdrETag, etag)
+	vary := valAcceptEncoding
+	if p.settings.Load().cors.headers(ctx) {
+		vary = valAEOrigin
+	}
+	h.SetCanonical(hdrVary, vary)
 	q.scratch = b
 
-	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && etagMatch(inm, e.ETag) {
+	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && etagMatch(inm, etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return
 	}
 	h.SetContentTypeBytes(ctJSON)
 	body := e.Body
-	if e.Gzip != nil && ctx.Request.Header.HasAcceptEncodingBytes(valGzip) {
+	if gz {
 		body = e.Gzip
 		h.SetContentEncodingBytes(valGzip)
 	}
 	ctx.Response.SetBodyRaw(body)
+}
+
+// acceptsGzip reads Accept-Encoding as RFC 9110 section 12.5.3 does: gzip
+// (or x-gzip) with a q above 0, or failing a gzip entry, "*" with a q above
+// 0. Allocates nothing.
+func acceptsGzip(v []byte) bool {
+	gzip, star := -1, -1 // -1 absent, 0 refused, 1 accepted
+	for len(v) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			item, v = v, nil
+		}
+		coding, params, _ := bytes.Cut(item, semicolon)
+		coding = bytes.TrimSpace(coding)
+		accepted := 1
+		if qZero(params) {
+			accepted = 0
+		}
+		switch {
+		case bytes.EqualFold(coding, valGzip), bytes.EqualFold(coding, valXGzip):
+			gzip = accepted
+		case len(coding) == 1 && coding[0] == '*':
+			star = accepted
+		}
+	}
+	if gzip >= 0 {
+		return gzip == 1
+	}
+	return star == 1
+}
+
+// qZero reports whether the parameters of an Accept-Encoding item hold a
+// weight of 0 ("q=0", "q=0.0", "Q=0.000").
+func qZero(params []byte) bool {
+	for len(params) > 0 {
+		var p []byte
+		p, params, _ = bytes.Cut(params, semicolon)
+		p = bytes.TrimSpace(p)
+		if len(p) < 2 || (p[0] != 'q' && p[0] != 'Q') || p[1] != '=' {
+			continue
+		}
+		w := bytes.TrimSpace(p[2:])
+		if len(w) == 0 || w[0] != '0' {
+			return false
+		}
+		for _, c := range w[1:] {
+			if c != '.' && c != '0' {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // etagMatch implements the weak comparison of If-None-Match (RFC 9110
@@ -137,9 +222,19 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, strconv.AppendInt(nil, int64(e.RetryAfter), 10))
 	}
 	ctx.Response.SetBodyRaw(appendEnvelope(nil, e.Code, e.Msg))
+	p.corsHeaders(ctx)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
 	p.access(ctx, id, noResult, e.Code, start)
 	if e.Status >= 500 {
 		p.log.Warn("request failed", "route", id.String(), "status", e.Status, "code", e.Code, "err", e.Error())
+	}
+}
+
+// corsHeaders adds the CORS headers to an answer that is not a stored
+// entry (an error, a passed-through envelope), with Vary: Origin when the
+// answer depends on it.
+func (p *Proxy) corsHeaders(ctx *fasthttp.RequestCtx) {
+	if p.settings.Load().cors.headers(ctx) {
+		ctx.Response.Header.SetCanonical(hdrVary, valOrigin)
 	}
 }

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+)
+
+// CORS (the Fetch standard) for frontends that call the edge from a
+// browser on another origin. With cors.allow_origins empty nothing here
+// runs but one length check. "*" answers every request with
+// Access-Control-Allow-Origin: *, so the answer does not depend on Origin
+// and a CDN may share it; a list of origins echoes the request's Origin
+// when it is listed, and every answer then carries Vary: Origin, since a
+// CDN must not give one origin's answer to another.
+
+var (
+	hdrOrigin        = []byte("Origin")
+	hdrACAO          = []byte("Access-Control-Allow-Origin")
+	hdrACEH          = []byte("Access-Control-Expose-Headers")
+	hdrACAM          = []byte("Access-Control-Allow-Methods")
+	hdrACAH          = []byte("Access-Control-Allow-Headers")
+	hdrACMA          = []byte("Access-Control-Max-Age")
+	hdrACRM          = []byte("Access-Control-Request-Method")
+	hdrAllow         = []byte("Allow")
+	valStar          = []byte("*")
+	valOrigin        = []byte("Origin")
+	valAEOrigin      = []byte("Accept-Encoding, Origin")
+	valMethods       = []byte("GET, HEAD")
+	valExposeHeaders = []byte("Cache-Status, Age, ETag, Retry-After")
+	// The headers a signed client sends, and the validator.
+	valAllowHeaders = []byte("SVC-ACCESS-KEY, SVC-ACCESS-SIGN, SVC-ACCESS-TIMESTAMP, SVC-ACCESS-PASSPHRASE, If-None-Match")
+)
+
+// corsPolicy is cors.* of the configuration, ready for the request path.
+type corsPolicy struct {
+	any     bool     // "*"
+	origins [][]byte // lower case, no trailing slash
+	maxAge  []byte   // seconds
+}
+
+// newCORS returns nil when CORS is off.
+func newCORS(cfg config.CORS) *corsPolicy {
+	if len(cfg.AllowOrigins) == 0 {
+		return nil
+	}
+	c := &corsPolicy{maxAge: strconv.AppendInt(nil, int64(cfg.MaxAge.Seconds()), 10)}
+	for _, o := range cfg.AllowOrigins {
+		if o == "*" {
+			c.any = true
+			continue
+		}
+		c.origins = append(c.origins, []byte(strings.TrimSuffix(strings.ToLower(o), "/")))
+	}
+	return c
+}
+
+// allowOrigin is the Access-Control-Allow-Origin value for this request,
+// or nil for none.
+func (c *corsPolicy) allowOrigin(ctx *fasthttp.RequestCtx) []byte {
+	if c.any {
+		return valStar
+	}
+	origin := ctx.Request.Header.PeekBytes(hdrOrigin)
+	if len(origin) == 0 {
+		return nil
+	}
+	for _, o := range c.origins {
+		if bytes.EqualFold(o, origin) {
+			return origin
+		}
+	}
+	return nil
+}
+
+// headers adds the CORS headers of an answer (hit, miss or error) and
+// says whether it depends on Origin (for Vary).
+func (c *corsPolicy) headers(ctx *fasthttp.RequestCtx) (varyOrigin bool) {
+	if c == nil {
+		return false
+	}
+	if o := c.allowOrigin(ctx); o != nil {
+		h := &ctx.Response.Header
+		h.SetCanonical(hdrACAO, o)
+		h.SetCanonical(hdrACEH, valExposeHeaders)
+	}
+	return !c.any
+}
+
+// preflight answers an OPTIONS preflight (a request with
+// Access-Control-Request-Method) from an allowed origin with 204; it
+// reports false, answering nothing, for any other request.
+func (c *corsPolicy) preflight(ctx *fasthttp.RequestCtx) bool {
+	if c == nil || !ctx.IsOptions() || len(ctx.Request.Header.PeekBytes(hdrACRM)) == 0 {
+		return false
+	}
+	o := c.allowOrigin(ctx)
+	if o == nil || len(ctx.Request.Header.PeekBytes(hdrOrigin)) == 0 {
+		return false
+	}
+	h := &ctx.Response.Header
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+	h.SetCanonical(hdrACAO, o)
+	h.SetCanonical(hdrACAM, valMethods)
+	h.SetCanonical(hdrACAH, valAllowHeaders)
+	h.SetCanonical(hdrACMA, c.maxAge)
+	if !c.any {
+		h.SetCanonical(hdrVary, valOrigin)
+	}
+	return true
+}
