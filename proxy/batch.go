@@ -96,7 +96,17 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		}
 	}
 	if len(stale) > 0 {
-		go p.batch.fetch(s, chain, stale, true)
+		keys := make([]string, len(stale))
+		for i, h := range stale {
+			keys[i] = hashKey(chain, h)
+		}
+		p.background(keys, func(keys []string) {
+			hashes := make([]string, len(keys))
+			for i, k := range keys {
+				hashes[i] = k[strings.LastIndexByte(k, '|')+1:]
+			}
+			p.batch.fetch(s, chain, hashes, true)
+		})
 	}
 	var fetchErr error
 	if len(need) > 0 {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -153,7 +154,14 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	h.srv = h.p.NewServer(h.cfg.Server)
 	go h.srv.Serve(GatherListener(ln))
 	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
-	t.Cleanup(func() { h.srv.Shutdown(); cleanup(); c.Close() })
+	t.Cleanup(func() {
+		h.srv.Shutdown()
+		// Background refreshes end before the cache closes (a refresh's
+		// Set raced Ristretto's Close under -race).
+		h.p.Close(context.Background())
+		cleanup()
+		c.Close()
+	})
 }
 
 // resp is a response as a client saw it.

@@ -4,6 +4,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -52,6 +53,14 @@ type Proxy struct {
 	// accessSample is the access log's sampling threshold (see access);
 	// 0 = no access log, one load and compare on the hit path.
 	accessSample atomic.Uint64
+
+	// Background work: refreshes of stale keys. refreshing holds the keys
+	// with one under way, so a stale key costs one goroutine however many
+	// requests see it stale; Close waits for bg.
+	bgMu       sync.Mutex
+	refreshing map[string]struct{}
+	closed     bool
+	bg         sync.WaitGroup
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -67,7 +76,7 @@ type Options struct {
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
 	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tier: o.Tier,
-		final: map[string]*atomic.Int64{}}
+		final: map[string]*atomic.Int64{}, refreshing: map[string]struct{}{}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -478,16 +487,69 @@ func (p *Proxy) ttlFor(s *settings, r *route, c cache.Class) time.Duration {
 }
 
 // refresh fetches a stale key in the background, once however many requests
-// see it stale (the flight merges them; fill's recheck stops a refresh that
-// comes after another one finished). A failed refresh leaves the entry be.
+// see it stale: a key already being refreshed starts nothing (a goroutine
+// per stale hit, each waiting for the one refresh, piled up behind a slow
+// upstream), and fill's recheck stops a refresh that comes after another
+// one finished. A failed refresh leaves the entry be.
 func (p *Proxy) refresh(s *settings, q *query) {
-	key := string(q.key)
 	r := q.route
-	go func() {
-		if _, _, err := p.load(s, r, key, true, true); err != nil {
+	p.background([]string{string(q.key)}, func(keys []string) {
+		if _, _, err := p.load(s, r, keys[0], true, true); err != nil {
 			p.log.Debug("background refresh failed", "route", r.name, "err", err)
 		}
+	})
+}
+
+// background runs fn in a goroutine on those of keys not already being
+// refreshed, and marks them until fn returns; it runs nothing when every
+// key is under way or the proxy is closed.
+func (p *Proxy) background(keys []string, fn func(keys []string)) {
+	p.bgMu.Lock()
+	if p.closed {
+		p.bgMu.Unlock()
+		return
+	}
+	todo := keys[:0]
+	for _, k := range keys {
+		if _, busy := p.refreshing[k]; !busy {
+			p.refreshing[k] = struct{}{}
+			todo = append(todo, k)
+		}
+	}
+	if len(todo) == 0 {
+		p.bgMu.Unlock()
+		return
+	}
+	p.bg.Add(1)
+	p.bgMu.Unlock()
+	go func() {
+		defer p.bg.Done()
+		defer func() {
+			p.bgMu.Lock()
+			for _, k := range todo {
+				delete(p.refreshing, k)
+			}
+			p.bgMu.Unlock()
+		}()
+		fn(todo)
 	}()
+}
+
+// Close stops background refreshes from starting and waits, until ctx ends,
+// for those under way. Close it before the cache: a refresh still running
+// would store into a closed cache.
+func (p *Proxy) Close(ctx context.Context) error {
+	p.bgMu.Lock()
+	p.closed = true
+	p.bgMu.Unlock()
+	done := make(chan struct{})
+	go func() { p.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // jitter returns a random duration in [0, d).

@@ -211,8 +211,14 @@ func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration
 	defer cancel()
 	err := srv.ShutdownWithContext(ctx)
 	admin.ShutdownWithContext(ctx)
+	// Background refreshes end before run closes the cache (a refresh's
+	// store raced the cache's Close); past the drain's time, the process
+	// exits with them still running.
+	if cerr := p.Close(ctx); cerr != nil && err == nil {
+		err = cerr
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		log.Warn("drain timed out; requests still in flight were cut", "timeout", timeout)
+		log.Warn("drain timed out; requests or refreshes still in flight were cut", "timeout", timeout)
 		return nil
 	}
 	if err != nil {
