@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -76,6 +77,14 @@ type Auth struct {
 	IPRate         float64       `koanf:"ip_rate"`         // per client IP when mode is "off"; 0 = no limit
 	IPBurst        int           `koanf:"ip_burst"`        // bucket size per IP
 	TrustedProxies []string      `koanf:"trusted_proxies"` // IPs or CIDRs whose X-Forwarded-For is believed
+	// IPMaxTracked bounds the addresses ip_rate keeps a bucket for (24 bytes
+	// each, allocated at start; rounded up to a multiple of 8). When it is
+	// full, a new address takes the place of the one whose bucket is fullest.
+	IPMaxTracked int `koanf:"ip_max_tracked"`
+	// IPv6Prefix is how many leading bits of an IPv6 address share one
+	// bucket: 64 (the default) limits a subscriber's /64 as one client, as
+	// one host commonly holds all of it; 128 limits each address.
+	IPv6Prefix int `koanf:"ip_v6_prefix"`
 }
 
 // Cache sizes the cache and sets its times.
@@ -148,7 +157,7 @@ func Default() Config {
 			BreakerFailures:  5,
 			BreakerOpenFor:   5 * time.Second,
 		},
-		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second},
+		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
 			MaxBytes:             256 << 20,
 			StaleWhileRevalidate: 30 * time.Second,
@@ -407,9 +416,15 @@ func (c *Config) Validate() error {
 	if a.IPRate < 0 || (a.IPRate > 0 && a.IPBurst < 1) {
 		bad("auth.ip_rate: must be >= 0, and ip_burst >= 1 when ip_rate is set")
 	}
+	if a.IPMaxTracked < 1 || a.IPMaxTracked > 10_000_000 {
+		bad("auth.ip_max_tracked: must be within 1..10000000, got %d", a.IPMaxTracked)
+	}
+	if a.IPv6Prefix < 1 || a.IPv6Prefix > 128 {
+		bad("auth.ip_v6_prefix: must be within 1..128 bits, got %d", a.IPv6Prefix)
+	}
 	for _, p := range a.TrustedProxies {
-		if net.ParseIP(p) == nil {
-			if _, _, err := net.ParseCIDR(p); err != nil {
+		if _, err := netip.ParseAddr(p); err != nil {
+			if _, err := netip.ParsePrefix(p); err != nil {
 				bad("auth.trusted_proxies: %q is neither an IP nor a CIDR", p)
 			}
 		}
