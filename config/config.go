@@ -186,8 +186,17 @@ func Default() Config {
 }
 
 // Load reads defaults, then the YAML file at path (skipped when path is
-// empty), then EDGE_* environment variables. It does not validate.
+// empty), then EDGE_* environment variables. It does not validate. Its
+// errors are redacted (see Redact).
 func Load(path string) (Config, error) {
+	cfg, err := load(path)
+	if err != nil {
+		return Config{}, errors.New(Redact(err.Error()))
+	}
+	return cfg, nil
+}
+
+func load(path string) (Config, error) {
 	k := koanf.New(".")
 	if path != "" {
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
@@ -318,11 +327,18 @@ func applyClientEnv(cfg *Config) {
 // routeNames are the names cache.ttl may use: the routes of the proxy's table.
 var routeNames = []string{"position-list", "block-list", "transaction-list", "transaction-multi", "transaction-fills", "internal-transaction-multi"}
 
-// Validate reports every problem at once.
+// Validate reports every problem at once. No message carries a secret: a
+// value that may hold one is quoted with its user info and secrets
+// redacted (see Redact).
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	checkAddr := func(key, v string) {
+		// An address is no place for credentials: say so without quoting them.
+		if i := strings.LastIndexByte(v, '@'); i >= 0 {
+			bad("%s: %q holds user info; use host:port, credentials have keys of their own", key, "xxxxx@"+v[i+1:])
+			return
+		}
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			bad("%s: %q is not host:port: %v", key, v, err)
 		}
@@ -491,5 +507,8 @@ func (c *Config) Validate() error {
 	if !(sh.LocalShare > 0 && sh.LocalShare <= 1) {
 		bad("shared.local_share: must be within (0, 1], got %v", sh.LocalShare)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(redact(errors.Join(errs...).Error(), c.secrets()))
 }

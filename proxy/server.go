@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -33,7 +34,10 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		NoDefaultContentType:          true,
 		CloseOnShutdown:               true,
 		TCPKeepalive:                  true,
-		Logger:                        connLogger{p.log},
+		// fasthttp would quote the request's raw headers (credentials
+		// included) in its parse errors; connLogger redacts what remains.
+		SecureErrorLogMessage: true,
+		Logger:                connLogger{p.log},
 	}
 }
 
@@ -51,5 +55,22 @@ func (l connLogger) Printf(format string, args ...any) {
 	if !l.log.Enabled(context.Background(), level) {
 		return
 	}
-	l.log.Log(context.Background(), level, "fasthttp", "msg", fmt.Sprintf(format, args...))
+	l.log.Log(context.Background(), level, "fasthttp", "msg", redactHeaders(fmt.Sprintf(format, args...)))
+}
+
+var (
+	// A header value fasthttp refused, quoted as Go does (%q).
+	quotedHeaderValue = regexp.MustCompile(`invalid header value "(?:[^"\\]|\\.)*"`)
+	// A credential header and its value, up to the end of its line in a
+	// quoted request (an escaped CR or LF) or of the quoted text.
+	credentialHeader = regexp.MustCompile(`(?i)(svc-access-[a-z-]*|authorization|proxy-authorization|cookie|set-cookie|x-api-key)(\s*:\s*)(?:[^"\\]|\\[^rn])*`)
+)
+
+// redactHeaders takes the credentials out of a line of fasthttp's: the
+// SVC-ACCESS-* values (key, passphrase, timestamp and a signature that
+// could be replayed within auth.max_skew), Authorization and Cookie, and any
+// header value it quotes as invalid, since it does not say whose it is.
+func redactHeaders(line string) string {
+	line = quotedHeaderValue.ReplaceAllLiteralString(line, "invalid header value (withheld)")
+	return credentialHeader.ReplaceAllString(line, "${1}${2}(withheld)")
 }
