@@ -117,6 +117,12 @@ type Log struct {
 	Level        string  `koanf:"level"`         // debug, info, warn, error
 	Format       string  `koanf:"format"`        // json or text
 	AccessSample float64 `koanf:"access_sample"` // fraction of requests logged, 0 = no access log
+	// RepeatInterval bounds lines a client can repeat at will (a 5xx answer,
+	// fasthttp's warnings about connections): one per interval for each
+	// (message, route, code); the next one says how many were left out
+	// (suppressed=K) and log_suppressed_total counts them. 0 logs every
+	// one. The access log has its own sampling (access_sample).
+	RepeatInterval time.Duration `koanf:"repeat_interval"`
 }
 
 // Shared is fleet mode on Redis.
@@ -174,7 +180,7 @@ func Default() Config {
 			MaxURLBytes:    4 << 10,
 			MaxConns:       10_000,
 		},
-		Log: Log{Level: "info", Format: "json"},
+		Log: Log{Level: "info", Format: "json", RepeatInterval: time.Second},
 		Shared: Shared{
 			Timeout:    50 * time.Millisecond,
 			LockTTL:    10 * time.Second,
@@ -494,6 +500,7 @@ func (c *Config) Validate() error {
 	if c.Log.AccessSample < 0 || c.Log.AccessSample > 1 {
 		bad("log.access_sample: must be within 0..1, got %v", c.Log.AccessSample)
 	}
+	nonNegative("log.repeat_interval", c.Log.RepeatInterval)
 
 	sh := c.Shared
 	if sh.RedisAddr != "" {

@@ -51,6 +51,7 @@ type Proxy struct {
 	// accessSample is the access log's sampling threshold (see access);
 	// 0 = no access log, one load and compare on the hit path.
 	accessSample atomic.Uint64
+	repeats      repeats // sampling of the lines clients can repeat
 }
 
 // Options are the collaborators of a Proxy beside its configuration.

@@ -37,25 +37,35 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		// fasthttp would quote the request's raw headers (credentials
 		// included) in its parse errors; connLogger redacts what remains.
 		SecureErrorLogMessage: true,
-		Logger:                connLogger{p.log},
+		Logger:                connLogger{p},
 	}
 }
 
 // connLogger takes fasthttp's log lines. Those about one client breaking
 // the protocol (a body too large, a malformed request line, a timeout) are
 // the client's doing and go to the debug level; anything else (max_conns
-// reached, accept failing) is the operator's business and goes to warn.
-type connLogger struct{ log *slog.Logger }
+// reached, accept failing) is the operator's business and goes to warn,
+// sampled per format (a client can repeat them at will, a connection
+// each). Debug lines, asked for while diagnosing, all go out.
+type connLogger struct{ p *Proxy }
 
 func (l connLogger) Printf(format string, args ...any) {
-	level := slog.LevelWarn
+	log := l.p.log
 	if strings.HasPrefix(format, "error when serving connection") {
-		level = slog.LevelDebug
-	}
-	if !l.log.Enabled(context.Background(), level) {
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("fasthttp", "detail", redactHeaders(fmt.Sprintf(format, args...)))
+		}
 		return
 	}
-	l.log.Log(context.Background(), level, "fasthttp", "msg", redactHeaders(fmt.Sprintf(format, args...)))
+	ok, suppressed := l.p.sampleWarn(repeatKey{msg: "fasthttp", code: format})
+	if !ok {
+		return
+	}
+	attrs := []slog.Attr{slog.String("detail", redactHeaders(fmt.Sprintf(format, args...)))}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", suppressed))
+	}
+	log.LogAttrs(context.Background(), slog.LevelWarn, "fasthttp", attrs...)
 }
 
 var (
