@@ -169,3 +169,28 @@ func BenchmarkIPLimiter(b *testing.B) {
 		})
 	}
 }
+
+// TestIPLimiterEvictsFullestBucket: in a full table a new address takes the
+// slot of the address nearest to a full bucket, never that of a client
+// that has spent its burst, so a run of new addresses does not give a
+// limited client its burst back.
+func TestIPLimiterEvictsFullestBucket(t *testing.T) {
+	l := newIPLimiters(ipWays) // one set: every address competes for it
+	now := time.Unix(1_800_000_000, 0)
+	spent := ipKey(netip.MustParseAddr("198.51.100.1"), 64)
+	for range 3 {
+		l.allow(spent, 1, 3, now)
+	}
+	if ok, _ := l.allow(spent, 1, 3, now); ok {
+		t.Fatal("burst of 3 allowed a 4th")
+	}
+	for i := range 10 * ipWays {
+		l.allow(ipKey(addrN(i), 64), 1, 3, now)
+	}
+	if tracked, _ := l.stats(); tracked != ipWays {
+		t.Fatalf("%d tracked in a table of %d", tracked, ipWays)
+	}
+	if ok, _ := l.allow(spent, 1, 3, now); ok {
+		t.Fatal("new addresses evicted a spent bucket: its burst is back")
+	}
+}
