@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"hash/maphash"
-	"math"
 	"math/bits"
 	"net/netip"
 	"sync"
@@ -68,8 +67,11 @@ func (l *ipLimiters) allow(key [16]byte, r float64, burst int, now time.Time) (o
 	if r <= 0 {
 		return true, 0
 	}
-	interval := int64(math.Max(1, float64(time.Second)/r)) // emission interval, ns
-	tolerance := interval * int64(max(burst, 1))
+	// Emission interval and bucket depth in ns, bounded so that no sum
+	// of times overflows (1e18 ns is 31 years).
+	const limit = 1e18
+	interval := int64(min(max(1, float64(time.Second)/r), limit))
+	tolerance := int64(min(float64(interval)*float64(max(burst, 1)), limit))
 	nowNs := now.UnixNano()
 
 	hi, _ := bits.Mul64(maphash.Comparable(l.seed, key), uint64(len(l.sets)))

@@ -194,3 +194,29 @@ func TestIPLimiterEvictsFullestBucket(t *testing.T) {
 		t.Fatal("new addresses evicted a spent bucket: its burst is back")
 	}
 }
+
+// TestIPLimiterExtremeRates: rates and bursts at the ends of their ranges
+// do not overflow the times. A bucket deeper than 1e18 ns (31 years) of
+// the rate is cut there.
+func TestIPLimiterExtremeRates(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		rate        float64
+		burst       int
+		least, most int // allowed of 50 at once
+	}{{1e-15, 1, 1, 1}, {1e-15, 1 << 40, 1, 1}, {1e12, 1, 1, 1}, {1e12, 1 << 62, 50, 50}, {0.5, 1 << 62, 50, 50}} {
+		l := newIPLimiters(8)
+		k := ipKey(netip.MustParseAddr("203.0.113.1"), 64)
+		allowed := 0
+		for range 50 {
+			if ok, wait := l.allow(k, c.rate, c.burst, now); ok {
+				allowed++
+			} else if wait <= 0 {
+				t.Fatalf("rate %v burst %d: refused with wait %v", c.rate, c.burst, wait)
+			}
+		}
+		if allowed < c.least || allowed > c.most {
+			t.Errorf("rate %v burst %d: %d of 50 at once allowed, want %d..%d", c.rate, c.burst, allowed, c.least, c.most)
+		}
+	}
+}
