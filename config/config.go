@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -86,6 +87,14 @@ type Auth struct {
 	IPRate         float64       `koanf:"ip_rate"`         // per client IP when mode is "off"; 0 = no limit
 	IPBurst        int           `koanf:"ip_burst"`        // bucket size per IP
 	TrustedProxies []string      `koanf:"trusted_proxies"` // IPs or CIDRs whose X-Forwarded-For is believed
+	// IPMaxTracked bounds the addresses ip_rate keeps a bucket for (24 bytes
+	// each, allocated at start; rounded up to a multiple of 8). When it is
+	// full, a new address takes the place of the one whose bucket is fullest.
+	IPMaxTracked int `koanf:"ip_max_tracked"`
+	// IPv6Prefix is how many leading bits of an IPv6 address share one
+	// bucket: 64 (the default) limits a subscriber's /64 as one client, as
+	// one host commonly holds all of it; 128 limits each address.
+	IPv6Prefix int `koanf:"ip_v6_prefix"`
 }
 
 // Cache sizes the cache and sets its times.
@@ -147,6 +156,12 @@ type Log struct {
 	Level        string  `koanf:"level"`         // debug, info, warn, error
 	Format       string  `koanf:"format"`        // json or text
 	AccessSample float64 `koanf:"access_sample"` // fraction of requests logged, 0 = no access log
+	// RepeatInterval bounds lines a client can repeat at will (a 5xx answer,
+	// fasthttp's warnings about connections): one per interval for each
+	// (message, route, code); the next one says how many were left out
+	// (suppressed=K) and log_suppressed_total counts them. 0 logs every
+	// one. The access log has its own sampling (access_sample).
+	RepeatInterval time.Duration `koanf:"repeat_interval"`
 }
 
 // Shared is fleet mode on Redis.
@@ -187,7 +202,7 @@ func Default() Config {
 			BreakerFailures:  5,
 			BreakerOpenFor:   5 * time.Second,
 		},
-		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second},
+		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
 			MaxBytes:             256 << 20,
 			StaleWhileRevalidate: Windows{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
@@ -204,7 +219,7 @@ func Default() Config {
 			MaxURLBytes:    4 << 10,
 			MaxConns:       10_000,
 		},
-		Log:  Log{Level: "info", Format: "json"},
+		Log:  Log{Level: "info", Format: "json", RepeatInterval: time.Second},
 		CORS: CORS{MaxAge: 10 * time.Minute},
 		Shared: Shared{
 			Timeout:    50 * time.Millisecond,
@@ -217,8 +232,17 @@ func Default() Config {
 }
 
 // Load reads defaults, then the YAML file at path (skipped when path is
-// empty), then EDGE_* environment variables. It does not validate.
+// empty), then EDGE_* environment variables. It does not validate. Its
+// errors are redacted (see Redact).
 func Load(path string) (Config, error) {
+	cfg, err := load(path)
+	if err != nil {
+		return Config{}, errors.New(Redact(err.Error()))
+	}
+	return cfg, nil
+}
+
+func load(path string) (Config, error) {
 	k := koanf.New(".")
 	if path != "" {
 		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
@@ -370,11 +394,18 @@ func applyClientEnv(cfg *Config) {
 // routeNames are the names cache.ttl may use: the routes of the proxy's table.
 var routeNames = []string{"position-list", "block-list", "transaction-list", "transaction-multi", "transaction-fills", "internal-transaction-multi"}
 
-// Validate reports every problem at once.
+// Validate reports every problem at once. No message carries a secret: a
+// value that may hold one is quoted with its user info and secrets
+// redacted (see Redact).
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	checkAddr := func(key, v string) {
+		// An address is no place for credentials: say so without quoting them.
+		if i := strings.LastIndexByte(v, '@'); i >= 0 {
+			bad("%s: %q holds user info; use host:port, credentials have keys of their own", key, "xxxxx@"+v[i+1:])
+			return
+		}
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			bad("%s: %q is not host:port: %v", key, v, err)
 		}
@@ -468,9 +499,15 @@ func (c *Config) Validate() error {
 	if a.IPRate < 0 || (a.IPRate > 0 && a.IPBurst < 1) {
 		bad("auth.ip_rate: must be >= 0, and ip_burst >= 1 when ip_rate is set")
 	}
+	if a.IPMaxTracked < 1 || a.IPMaxTracked > 10_000_000 {
+		bad("auth.ip_max_tracked: must be within 1..10000000, got %d", a.IPMaxTracked)
+	}
+	if a.IPv6Prefix < 1 || a.IPv6Prefix > 128 {
+		bad("auth.ip_v6_prefix: must be within 1..128 bits, got %d", a.IPv6Prefix)
+	}
 	for _, p := range a.TrustedProxies {
-		if net.ParseIP(p) == nil {
-			if _, _, err := net.ParseCIDR(p); err != nil {
+		if _, err := netip.ParseAddr(p); err != nil {
+			if _, err := netip.ParsePrefix(p); err != nil {
 				bad("auth.trusted_proxies: %q is neither an IP nor a CIDR", p)
 			}
 		}
@@ -526,6 +563,7 @@ func (c *Config) Validate() error {
 	if c.Log.AccessSample < 0 || c.Log.AccessSample > 1 {
 		bad("log.access_sample: must be within 0..1, got %v", c.Log.AccessSample)
 	}
+	nonNegative("log.repeat_interval", c.Log.RepeatInterval)
 
 	for _, o := range c.CORS.AllowOrigins {
 		if o == "*" {
@@ -549,5 +587,8 @@ func (c *Config) Validate() error {
 	if !(sh.LocalShare > 0 && sh.LocalShare <= 1) {
 		bad("shared.local_share: must be within (0, 1], got %v", sh.LocalShare)
 	}
-	return errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(redact(errors.Join(errs...).Error(), c.secrets()))
 }

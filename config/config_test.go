@@ -148,3 +148,47 @@ func TestDeployConfigMapIsValid(t *testing.T) {
 		t.Fatal("the fleet ConfigMap does not turn on fleet mode")
 	}
 }
+
+func TestRedact(t *testing.T) {
+	t.Setenv("EDGE_SHARED__REDIS_PASSWORD", "env-redis-pw")
+	t.Setenv("EDGE_AUTH__CLIENTS__WEB__PASSPHRASE", "web-pass")
+	t.Setenv("EDGE_UPSTREAM__API_KEY", "not-a-secret") // identifies, is not secret
+	f := func(in, want string) {
+		t.Helper()
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+	f(`dial redis://default:pw@10.0.0.1:6379: refused`, `dial redis://xxxxx@10.0.0.1:6379: refused`)
+	f(`"rediss://:pw@h:1" and https://token@h/x`, `"rediss://xxxxx@h:1" and https://xxxxx@h/x`)
+	f(`addr "default:pw@h:6379"`, `addr "xxxxx@h:6379"`)
+	f(`auth failed for env-redis-pw and web-pass`, `auth failed for xxxxx and xxxxx`)
+	f(`key not-a-secret`, `key not-a-secret`)
+	f(`http://127.0.0.1:8900/api and [::1]:80 and a@b`, `http://127.0.0.1:8900/api and [::1]:80 and a@b`)
+}
+
+// TestValidateHoldsNoSecrets: Validate's messages never quote a secret
+// value of the configuration, even one that ends up in another key.
+func TestValidateHoldsNoSecrets(t *testing.T) {
+	c := Default()
+	c.Upstream.SecretKey, c.Upstream.Passphrase = "upstream-secret-value", "upstream-passphrase-value"
+	c.Upstream.BaseURL = "ftp://edge:url-password@host/"
+	c.Shared.RedisPassword = "redis-password-value"
+	c.Shared.RedisAddr = "redis-password-value" // pasted into the wrong key
+	c.Listen = "upstream-passphrase-value"      // ditto
+	c.Auth.TrustedProxies = []string{"upstream-secret-value"}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, s := range []string{"upstream-secret-value", "upstream-passphrase-value", "url-password", "redis-password-value"} {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("Validate's message holds %q:\n%v", s, err)
+		}
+	}
+	for _, key := range []string{"upstream.base_url", "shared.redis_addr", "listen", "auth.trusted_proxies"} {
+		if !strings.Contains(err.Error(), key+":") {
+			t.Errorf("Validate's message does not name %s:\n%v", key, err)
+		}
+	}
+}

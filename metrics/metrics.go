@@ -73,6 +73,7 @@ type Metrics struct {
 	SharedUp       prometheus.Gauge
 	SharedRequests *prometheus.CounterVec // {op,outcome}
 	SharedLockWait *prometheus.CounterVec // {outcome}
+	LogSuppressed  prometheus.Counter     // repeated log lines left out
 }
 
 // CacheStats is read at scrape time for the cache gauges.
@@ -125,6 +126,10 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
 	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
 		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
+
+	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
+		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
+	reg.MustRegister(m.LogSuppressed)
 
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)

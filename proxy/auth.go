@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"net"
-	"sync"
+	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -21,10 +21,11 @@ type admission struct {
 	signed  bool
 	maxSkew time.Duration
 	clients map[string]*client // by api key
-	ipRate  rate.Limit
+	ipRate  float64
 	ipBurst int
+	ipV6    int // bits of an IPv6 address one bucket covers
 	ips     *ipLimiters
-	trusted []*net.IPNet
+	trusted []netip.Prefix
 	m       *metrics.Metrics
 }
 
@@ -37,7 +38,7 @@ type client struct {
 
 func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
-		ipRate: rate.Limit(cfg.IPRate), ipBurst: cfg.IPBurst, m: m}
+		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m}
 	for _, c := range cfg.Clients {
 		cl := &client{name: c.Name, passphrase: []byte(c.Passphrase),
 			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase})}
@@ -47,21 +48,33 @@ func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 		a.clients[c.APIKey] = cl
 	}
 	if cfg.IPRate > 0 {
-		a.ips = newIPLimiters()
+		a.ips = newIPLimiters(cfg.IPMaxTracked)
 	}
-	for _, p := range cfg.TrustedProxies {
-		if ip := net.ParseIP(p); ip != nil {
-			bits := 8 * len(ip.To16())
-			if ip.To4() != nil {
-				ip, bits = ip.To4(), 32
-			}
-			a.trusted = append(a.trusted, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
-			continue
+	for _, s := range cfg.TrustedProxies {
+		p, err := parseTrusted(s)
+		if err != nil {
+			return nil, err
 		}
-		_, n, _ := net.ParseCIDR(p)
-		a.trusted = append(a.trusted, n)
+		a.trusted = append(a.trusted, p)
 	}
 	return a, nil
+}
+
+// parseTrusted reads an entry of auth.trusted_proxies: an address (a
+// prefix of its full length) or a CIDR, IPv4-mapped IPv6 taken as IPv4.
+func parseTrusted(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap().WithZone("")
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("auth.trusted_proxies: %q is neither an IP nor a CIDR", s)
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
 }
 
 // inherit keeps the rate state of clients and IPs across a reload, so a
@@ -74,7 +87,7 @@ func (a *admission) inherit(old *admission) {
 			c.limiter = o.limiter
 		}
 	}
-	if a.ips != nil && old.ips != nil {
+	if a.ips != nil && old.ips != nil && a.ips.capacity() == old.ips.capacity() {
 		a.ips = old.ips
 	}
 }
@@ -116,7 +129,7 @@ func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *Error {
 	if a.ips == nil {
 		return nil
 	}
-	if ok, wait := a.ips.allow(a.clientIP(ctx), a.ipRate, a.ipBurst, now); !ok {
+	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
 		return errClientLimited.with(nil, ceilSeconds(wait))
 	}
@@ -162,80 +175,69 @@ func (a *admission) verify(h *fasthttp.RequestHeader, now time.Time) (*client, *
 	return c, nil
 }
 
-// clientIP is the peer address, or the last address before a trusted proxy
-// in X-Forwarded-For when the peer is a trusted proxy.
-func (a *admission) clientIP(ctx *fasthttp.RequestCtx) net.IP {
-	ip := ctx.RemoteIP()
+// clientIP is the peer address or, when the peer is a trusted proxy, the
+// rightmost address of X-Forwarded-For that is not a trusted proxy. Every
+// X-Forwarded-For line counts, as one list in the order received: a proxy
+// may append to the line it got (nginx) or add a line of its own (HAProxy's
+// option forwardfor), and then the client's own, possibly forged, line
+// comes first. Walking from the right, each address was written by the hop
+// before it, so the first untrusted one is the client as our proxies saw it.
+func (a *admission) clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
+	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
+	ip = ip.Unmap()
 	if !a.isTrusted(ip) {
 		return ip
 	}
-	xff := ctx.Request.Header.Peek("X-Forwarded-For")
-	// Walk right to left: the rightmost untrusted address is the client.
-	for len(xff) > 0 {
-		i := bytes.LastIndexByte(xff, ',')
-		part := bytes.TrimSpace(xff[i+1:])
-		xff = xff[:max(i, 0)]
-		cand := net.ParseIP(string(part))
-		if cand == nil {
-			return ip
-		}
-		if !a.isTrusted(cand) {
-			return cand
-		}
-		ip = cand
-		if i < 0 {
-			break
+	lines := ctx.Request.Header.PeekAll("X-Forwarded-For")
+	for i := len(lines) - 1; i >= 0; i-- {
+		for xff := lines[i]; len(xff) > 0; {
+			j := bytes.LastIndexByte(xff, ',')
+			part := bytes.TrimSpace(xff[j+1:])
+			xff = xff[:max(j, 0)]
+			if len(part) == 0 {
+				continue
+			}
+			cand, ok := parseForwarded(part)
+			if !ok {
+				return ip // garbage: the last hop we can vouch for
+			}
+			if !a.isTrusted(cand) {
+				return cand
+			}
+			ip = cand
 		}
 	}
 	return ip
 }
 
-func (a *admission) isTrusted(ip net.IP) bool {
-	for _, n := range a.trusted {
-		if n.Contains(ip) {
+// parseForwarded reads one X-Forwarded-For element: an address, or an
+// address with a port as some proxies write it. IPv4, the common case, is
+// parsed without allocating.
+func parseForwarded(b []byte) (netip.Addr, bool) {
+	if bytes.IndexByte(b, ':') < 0 {
+		var buf [4]byte
+		ip, err := fasthttp.ParseIPv4(buf[:], b)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		return netip.AddrFrom4([4]byte(ip)), true
+	}
+	if a, err := netip.ParseAddr(string(b)); err == nil {
+		return a.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(string(b)); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+func (a *admission) isTrusted(ip netip.Addr) bool {
+	for _, p := range a.trusted {
+		if p.Contains(ip) {
 			return true
 		}
 	}
 	return false
-}
-
-// ipLimiters keeps one bucket per client IP, dropping idle ones so that
-// a scan of many addresses cannot grow it without bound.
-type ipLimiters struct {
-	mu    sync.Mutex
-	m     map[string]*ipEntry
-	swept time.Time
-}
-
-type ipEntry struct {
-	l    *rate.Limiter
-	seen time.Time
-}
-
-const ipMaxEntries = 100_000
-
-func newIPLimiters() *ipLimiters { return &ipLimiters{m: map[string]*ipEntry{}} }
-
-func (l *ipLimiters) allow(ip net.IP, r rate.Limit, burst int, now time.Time) (bool, time.Duration) {
-	var buf [16]byte
-	key := append(buf[:0], ip.To16()...)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[string(key)]
-	if !ok {
-		if len(l.m) >= ipMaxEntries || now.Sub(l.swept) > time.Minute {
-			l.sweep(now)
-		}
-		e = &ipEntry{l: rate.NewLimiter(r, burst)}
-		l.m[string(key)] = e
-	}
-	e.seen = now
-	e.l.SetLimitAt(now, r)
-	e.l.SetBurstAt(now, burst)
-	if !e.l.AllowN(now, 1) {
-		return false, untilToken(e.l, now)
-	}
-	return true, 0
 }
 
 // untilToken is how long until l holds a whole token.
@@ -245,14 +247,4 @@ func untilToken(l *rate.Limiter, now time.Time) time.Duration {
 		return time.Second
 	}
 	return time.Duration(missing / float64(l.Limit()) * float64(time.Second))
-}
-
-// sweep drops buckets idle long enough to be full again.
-func (l *ipLimiters) sweep(now time.Time) {
-	l.swept = now
-	for k, e := range l.m {
-		if now.Sub(e.seen) > time.Minute || len(l.m) >= ipMaxEntries {
-			delete(l.m, k)
-		}
-	}
 }

@@ -61,6 +61,8 @@ type Proxy struct {
 	refreshing map[string]struct{}
 	closed     bool
 	bg         sync.WaitGroup
+
+	repeats repeats // sampling of the lines clients can repeat
 }
 
 // Options are the collaborators of a Proxy beside its configuration.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -33,23 +34,53 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		NoDefaultContentType:          true,
 		CloseOnShutdown:               true,
 		TCPKeepalive:                  true,
-		Logger:                        connLogger{p.log},
+		// fasthttp would quote the request's raw headers (credentials
+		// included) in its parse errors; connLogger redacts what remains.
+		SecureErrorLogMessage: true,
+		Logger:                connLogger{p},
 	}
 }
 
 // connLogger takes fasthttp's log lines. Those about one client breaking
 // the protocol (a body too large, a malformed request line, a timeout) are
 // the client's doing and go to the debug level; anything else (max_conns
-// reached, accept failing) is the operator's business and goes to warn.
-type connLogger struct{ log *slog.Logger }
+// reached, accept failing) is the operator's business and goes to warn,
+// sampled per format (a client can repeat them at will, a connection
+// each). Debug lines, asked for while diagnosing, all go out.
+type connLogger struct{ p *Proxy }
 
 func (l connLogger) Printf(format string, args ...any) {
-	level := slog.LevelWarn
+	log := l.p.log
 	if strings.HasPrefix(format, "error when serving connection") {
-		level = slog.LevelDebug
-	}
-	if !l.log.Enabled(context.Background(), level) {
+		if log.Enabled(context.Background(), slog.LevelDebug) {
+			log.Debug("fasthttp", "detail", redactHeaders(fmt.Sprintf(format, args...)))
+		}
 		return
 	}
-	l.log.Log(context.Background(), level, "fasthttp", "msg", fmt.Sprintf(format, args...))
+	ok, suppressed := l.p.sampleWarn(repeatKey{msg: "fasthttp", code: format})
+	if !ok {
+		return
+	}
+	attrs := []slog.Attr{slog.String("detail", redactHeaders(fmt.Sprintf(format, args...)))}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", suppressed))
+	}
+	log.LogAttrs(context.Background(), slog.LevelWarn, "fasthttp", attrs...)
+}
+
+var (
+	// A header value fasthttp refused, quoted as Go does (%q).
+	quotedHeaderValue = regexp.MustCompile(`invalid header value "(?:[^"\\]|\\.)*"`)
+	// A credential header and its value, up to the end of its line in a
+	// quoted request (an escaped CR or LF) or of the quoted text.
+	credentialHeader = regexp.MustCompile(`(?i)(svc-access-[a-z-]*|authorization|proxy-authorization|cookie|set-cookie|x-api-key)(\s*:\s*)(?:[^"\\]|\\[^rn])*`)
+)
+
+// redactHeaders takes the credentials out of a line of fasthttp's: the
+// SVC-ACCESS-* values (key, passphrase, timestamp and a signature that
+// could be replayed within auth.max_skew), Authorization and Cookie, and any
+// header value it quotes as invalid, since it does not say whose it is.
+func redactHeaders(line string) string {
+	line = quotedHeaderValue.ReplaceAllLiteralString(line, "invalid header value (withheld)")
+	return credentialHeader.ReplaceAllString(line, "${1}${2}(withheld)")
 }

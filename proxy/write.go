@@ -226,7 +226,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
 	p.access(ctx, id, noResult, e.Code, start)
 	if e.Status >= 500 {
-		p.log.Warn("request failed", "route", id.String(), "status", e.Status, "code", e.Code, "err", e.Error())
+		p.warnFailed(id, e)
 	}
 }
 

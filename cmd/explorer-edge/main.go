@@ -35,23 +35,29 @@ func main() {
 	check := flag.Bool("check-config", false, "validate the configuration, list every problem, exit 0 or 1")
 	flag.Parse()
 
-	cfg, err := loadConfig(*path)
 	if *check {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		fmt.Println("config ok")
-		return
+		os.Exit(checkConfig(*path, os.Stdout, os.Stderr))
 	}
+	cfg, err := loadConfig(*path)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	if err := run(cfg, *path, os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "explorer-edge:", err)
+		fmt.Fprintln(os.Stderr, "explorer-edge:", config.Redact(err.Error()))
 		os.Exit(1)
 	}
+}
+
+// checkConfig is -check-config: every problem of the configuration at path
+// (environment included) on stderr and exit status 1, or "config ok" and 0.
+func checkConfig(path string, stdout, stderr io.Writer) int {
+	if _, err := loadConfig(path); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "config ok")
+	return 0
 }
 
 func loadConfig(path string) (config.Config, error) {
@@ -173,7 +179,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		}
 		if err != nil {
 			m.ConfigReloads.WithLabelValues("error").Inc()
-			log.Error("config reload refused; the previous configuration keeps serving", "err", err.Error())
+			log.Error("config reload refused; the previous configuration keeps serving", "err", config.Redact(err.Error()))
 			return
 		}
 		_ = level.UnmarshalText([]byte(next.Log.Level))
