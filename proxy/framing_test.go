@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"explorer-edge/config"
 	"explorer-edge/sim"
 )
@@ -144,5 +146,53 @@ func TestRefusalsAreEnvelopes(t *testing.T) {
 	answers, bodies, _ := exchange(t, h.addr, "GET /\"\\\x7f HTTP/1.1\r\n\r\n", 5*time.Second)
 	if len(answers) != 1 || !json.Valid(bodies[0]) {
 		t.Errorf("a request line with quotes and DEL: %d answers %q", len(answers), bodies)
+	}
+}
+
+// browserRequest is a request as a browser sends it, headers and all.
+const browserRequest = "GET /api/v5/chainx/block/block-list?chainShortName=chainx&limit=20 HTTP/1.1\r\n" +
+	"Host: edge.example\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n" +
+	"Accept: application/json, text/plain, */*\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n" +
+	"Origin: https://app.example\r\nConnection: keep-alive\r\nReferer: https://app.example/blocks\r\n" +
+	"Sec-Fetch-Dest: empty\r\nSec-Fetch-Mode: cors\r\nSec-Fetch-Site: same-site\r\nTE: trailers\r\n\r\n"
+
+// The framing check reads a request's raw header block on every request:
+// a hit with a browser's headers still allocates nothing.
+func TestFramingCheckAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	h := newHarness(t)
+	if r := h.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"); r.status != 200 {
+		t.Fatalf("warm: %d", r.status)
+	}
+	var ctx fasthttp.RequestCtx
+	if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(browserRequest))); err != nil {
+		t.Fatal(err)
+	}
+	if e := framingError(&ctx.Request.Header); e != nil {
+		t.Fatalf("a browser's request refused: %v", e)
+	}
+	allocs := testing.AllocsPerRun(200, func() {
+		ctx.Response.Reset()
+		h.p.Handle(&ctx)
+	})
+	if ctx.Response.StatusCode() != 200 || allocs != 0 {
+		t.Fatalf("hit with a browser's headers: status %d, %v allocations, want 0", ctx.Response.StatusCode(), allocs)
+	}
+}
+
+// BenchmarkFramingCheck is the framing check's cost on a browser's request
+// (13 header lines).
+func BenchmarkFramingCheck(b *testing.B) {
+	var req fasthttp.Request
+	if err := req.Read(bufio.NewReader(strings.NewReader(browserRequest))); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if framingError(&req.Header) != nil {
+			b.Fatal("refused")
+		}
 	}
 }
