@@ -168,9 +168,9 @@ func capped(t *testing.T, h *harness, cfg ListenerConfig) string {
 	return ln.Addr().String()
 }
 
-// holdIdle opens n connections from local (nil: any) that send nothing,
-// and waits until the listener counts them open.
-func holdIdle(t *testing.T, h *harness, addr string, local net.Addr, n int) []net.Conn {
+// holdIdle opens n connections from local (nil: any) that send nothing;
+// they close at the end of the test.
+func holdIdle(t *testing.T, addr string, local net.Addr, n int) []net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: local, Timeout: 5 * time.Second}
 	var out []net.Conn
@@ -213,7 +213,7 @@ func TestListenerCaps(t *testing.T) {
 
 	t.Run("max_conns", func(t *testing.T) {
 		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 3, Gather: true})
-		idle := holdIdle(t, h, addr, nil, 3)
+		idle := holdIdle(t, addr, nil, 3)
 		testkit.WaitFor(t, "3 connections open", func() bool { return testutil.ToFloat64(open) == 3 })
 		res, body := told(t, addr, nil)
 		checkEnvelope(t, "the 4th connection", res.StatusCode, body, 503, "50001", "connections")
@@ -236,7 +236,7 @@ func TestListenerCaps(t *testing.T) {
 
 	t.Run("max_conns_per_ip", func(t *testing.T) {
 		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
-		holdIdle(t, h, addr, nil, 2)
+		holdIdle(t, addr, nil, 2)
 		testkit.WaitFor(t, "2 connections open", func() bool { return testutil.ToFloat64(open) == 2 })
 		res, body := told(t, addr, nil)
 		checkEnvelope(t, "a 3rd connection from one address", res.StatusCode, body, 429, "50011", "at most 2")
@@ -247,7 +247,7 @@ func TestListenerCaps(t *testing.T) {
 			t.Logf("no second loopback address (%v): per-address separation not checked", err)
 		} else {
 			t.Cleanup(func() { c.Close() })
-			holdIdle(t, h, addr, other, 1)
+			holdIdle(t, addr, other, 1)
 			testkit.WaitFor(t, "4 connections open", func() bool { return testutil.ToFloat64(open) == 4 })
 		}
 		if n := testutil.ToFloat64(h.m.ConnsRefused.WithLabelValues("public", "max_conns_per_ip")); n != 1 {
@@ -258,7 +258,7 @@ func TestListenerCaps(t *testing.T) {
 	t.Run("trusted proxies are exempt", func(t *testing.T) {
 		h := newHarness(t, func(c *config.Config, _ *sim.Config) { c.Auth.TrustedProxies = []string{"127.0.0.1"} })
 		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
-		holdIdle(t, h, addr, nil, 4)
+		holdIdle(t, addr, nil, 4)
 		if status := getOnNewConn(t, addr, good); status != 200 {
 			t.Errorf("a 5th connection from a trusted proxy: %d", status)
 		}
