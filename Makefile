@@ -22,7 +22,7 @@ test: vet build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
 	$(GO) test -race -count=1 -timeout 10m ./...
 	# Allocation counts mean nothing under -race: these run once without it.
-	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates' ./proxy
+	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing' ./proxy
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer

@@ -27,6 +27,7 @@ import (
 type Config struct {
 	Listen          string        `koanf:"listen"`           // public API address
 	AdminListen     string        `koanf:"admin_listen"`     // /metrics, /healthz, /readyz; never the public port
+	AdminMaxConns   int           `koanf:"admin_max_conns"`  // connections open at once on admin_listen; more are refused (503)
 	Chains          []string      `koanf:"chains"`           // chainShortName values served, matched case-insensitively
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"` // bound on draining in-flight requests at SIGTERM
 	WatchConfig     bool          `koanf:"watch_config"`     // reload when the config file changes (SIGHUP always reloads)
@@ -147,8 +148,17 @@ type Server struct {
 	IdleTimeout    time.Duration `koanf:"idle_timeout"`     // keep-alive between requests
 	MaxHeaderBytes int           `koanf:"max_header_bytes"` // request line and headers
 	MaxURLBytes    int           `koanf:"max_url_bytes"`    // request target; longer gets 414
-	MaxConns       int           `koanf:"max_conns"`        // concurrent connections
 	GOMAXPROCS     int           `koanf:"gomaxprocs"`       // 0 = Go's default
+	// MaxConns caps the connections open at once; more are refused with
+	// 503/50001. At start it is lowered, with a warning, to what the
+	// descriptor limit can hold beside admin_max_conns, upstream.max_conns
+	// and the process's own descriptors (RLIMIT_NOFILE, soft raised to hard).
+	MaxConns int `koanf:"max_conns"`
+	// MaxConnsPerIP caps the connections open at once from one peer
+	// address (429/50011 beyond it); 0 = no cap. Peers in
+	// auth.trusted_proxies are exempt. Behind a proxy not listed there,
+	// every client shares the proxy's address: leave it 0.
+	MaxConnsPerIP int `koanf:"max_conns_per_ip"`
 }
 
 // Log configures log/slog.
@@ -186,6 +196,7 @@ func Default() Config {
 	return Config{
 		Listen:          ":8080",
 		AdminListen:     ":8081",
+		AdminMaxConns:   64,
 		Chains:          []string{"CHAINX", "TRADE_ZONE"},
 		ShutdownTimeout: 15 * time.Second,
 		Upstream: Upstream{
@@ -547,6 +558,12 @@ func (c *Config) Validate() error {
 	}
 	if s.MaxConns < 1 {
 		bad("server.max_conns: must be >= 1, got %d", s.MaxConns)
+	}
+	if s.MaxConnsPerIP < 0 {
+		bad("server.max_conns_per_ip: must be >= 0 (0 = no cap), got %d", s.MaxConnsPerIP)
+	}
+	if c.AdminMaxConns < 1 {
+		bad("admin_max_conns: must be >= 1, got %d", c.AdminMaxConns)
 	}
 	if s.GOMAXPROCS < 0 {
 		bad("server.gomaxprocs: must be >= 0, got %d", s.GOMAXPROCS)

@@ -39,13 +39,16 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	c.Cache.TTL["block-list"] = bl
 	c.Cache.TTL["no-such-route"] = c.Cache.TTL["block-list"]
 	c.Server.MaxURLBytes = 10
+	c.Server.MaxConnsPerIP = -1
+	c.AdminMaxConns = 0
 	c.Log.Level = "loud"
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("no error")
 	}
 	for _, want := range []string{"listen:", "upstream.rate", "upstream.timeout", "auth.mode", "cache.stale_if_error",
-		"cache.ttl.block-list.head", "cache.ttl.no-such-route: unknown route", "server.max_url_bytes", "log.level"} {
+		"cache.ttl.block-list.head", "cache.ttl.no-such-route: unknown route", "server.max_url_bytes", "server.max_conns_per_ip",
+		"admin_max_conns", "log.level"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}

@@ -74,7 +74,20 @@ type Metrics struct {
 	SharedRequests *prometheus.CounterVec // {op,outcome}
 	SharedLockWait *prometheus.CounterVec // {outcome}
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
+
+	// The listeners, by listener (public, admin).
+	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
+	ConnsRefused *prometheus.CounterVec // {listener,reason}: max_conns, max_conns_per_ip
+	ConnsOpen    *prometheus.GaugeVec   // {listener}
+	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
 }
+
+// Listeners are the listener label values; Reasons the refusal reasons of
+// connections_refused_total.
+var (
+	Listeners      = []string{"public", "admin"}
+	RefusalReasons = []string{"max_conns", "max_conns_per_ip"}
+)
 
 // CacheStats is read at scrape time for the cache gauges.
 type CacheStats interface {
@@ -126,6 +139,14 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
 	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
 		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
+	m.AcceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "accept_errors_total",
+		Help: "Failed accepts of a listener (EMFILE, ENFILE, ...), each retried after a backoff."}, []string{"listener"})
+	m.ConnsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "connections_refused_total",
+		Help: "Connections answered with an envelope and closed at accept, by listener and reason (max_conns, max_conns_per_ip)."}, []string{"listener", "reason"})
+	m.ConnsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "connections_open",
+		Help: "Connections open, by listener."}, []string{"listener"})
+	m.ConnsMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "connections_max",
+		Help: "Connection cap in force, by listener (server.max_conns, lowered at start to fit the descriptor limit; admin_max_conns); 0 = none."}, []string{"listener"})
 
 	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
 		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
@@ -136,6 +157,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	}
 	reg.MustRegister(requests, reqDur, results, up, upDur, final, rej,
 		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads,
+		m.AcceptErrors, m.ConnsRefused, m.ConnsOpen, m.ConnsMax,
 		gauge("cache_bytes", "Bytes held by cache entries.", func() float64 { return float64(cs.Bytes()) }),
 		gauge("cache_entries", "Entries in the cache.", func() float64 { return float64(cs.Entries()) }),
 		gauge("cache_max_bytes", "Configured bound on cache bytes (cache.max_bytes).", func() float64 { return float64(cs.MaxBytes()) }),
@@ -172,6 +194,14 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.ConfigReloads.WithLabelValues(r)
+	}
+	for _, l := range Listeners {
+		m.AcceptErrors.WithLabelValues(l)
+		m.ConnsOpen.WithLabelValues(l)
+		m.ConnsMax.WithLabelValues(l)
+		for _, r := range RefusalReasons {
+			m.ConnsRefused.WithLabelValues(l, r)
+		}
 	}
 	return m
 }

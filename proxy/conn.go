@@ -65,7 +65,8 @@ func (l gatherListener) Accept() (net.Conn, error) {
 // goroutine (fasthttp's Shutdown closes idle connections).
 type gatherConn struct {
 	*net.TCPConn
-	sock // the system calls: writeAll and read
+	sock      // the system calls: writeAll and read
+	slot slot // its place in a guarded listener's counts (Listener); zero from GatherListener
 
 	rd lazyDeadline // the read goroutine's own
 
@@ -190,7 +191,9 @@ func (d *lazyDeadline) early(err error) bool {
 
 func (c *gatherConn) Close() error {
 	c.flush() // best effort: the peer may be gone
-	return c.TCPConn.Close()
+	err := c.TCPConn.Close()
+	c.slot.release()
+	return err
 }
 
 func (c *gatherConn) CloseWrite() error {

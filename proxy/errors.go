@@ -55,6 +55,24 @@ var (
 	errURL      = &Error{Status: 414, Code: "50036", Msg: "Request URI too long"}
 )
 
+// Requests refused before routing: their framing is ambiguous (RFC 9112
+// sections 2.2, 5.2, 6.1; see framingError) or fasthttp could not read them
+// (see Proxy.unreadable). The connection is closed after each.
+var (
+	errFramingTE    = &Error{Status: 400, Code: "50036", Msg: "Request refused: Transfer-Encoding is not accepted, no route takes a body"}
+	errFramingLF    = &Error{Status: 400, Code: "50036", Msg: "Request refused: a header line ends in a bare LF, not CRLF"}
+	errFramingFold  = &Error{Status: 400, Code: "50036", Msg: "Request refused: obsolete line folding in a header"}
+	errUnreadable   = &Error{Status: 400, Code: "50036", Msg: "Malformed request: the request line or a header cannot be parsed"}
+	errBodyTooLarge = &Error{Status: 413, Code: "50036", Msg: "Request body larger than " + strconv.Itoa(maxBodyBytes) + " bytes: no route takes a body"}
+	errReadTimeout  = &Error{Status: 408, Code: "50036", Msg: "Request not received within server.read_timeout"}
+)
+
+// errHeadersTooLarge is the 431 of a request line and headers beyond the
+// read buffer (server.max_header_bytes).
+func errHeadersTooLarge(max int) *Error {
+	return &Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(max) + " bytes (server.max_header_bytes)"}
+}
+
 // Upstream failure kinds: the outcome label and the client's envelope.
 var (
 	errUnreachable = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream unreachable", reason: "unreachable"}

@@ -140,7 +140,8 @@ func (p *Proxy) Reload(cfg config.Config) error {
 		errs = append(errs, errors.New("upstream.max_conns, max_response_bytes, breaker_failures and breaker_open_for cannot change on reload; restart"))
 	}
 	if os, ns := old.cfg.Server, cfg.Server; os.ReadTimeout != ns.ReadTimeout || os.WriteTimeout != ns.WriteTimeout ||
-		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS {
+		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS ||
+		os.MaxConnsPerIP != ns.MaxConnsPerIP {
 		errs = append(errs, errors.New("server.* other than max_url_bytes cannot change on reload; restart"))
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -210,6 +211,10 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	start := ctx.Time() // fasthttp reads the clock just before calling us
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
+	}
+	if e := framingError(&ctx.Request.Header); e != nil {
+		p.refuseFraming(ctx, start, e)
+		return
 	}
 	s := p.settings.Load()
 	uri := ctx.Request.Header.RequestURI()

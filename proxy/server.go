@@ -14,8 +14,10 @@ import (
 
 // NewServer is the public fasthttp server with the hardening of
 // server.*: timeouts that cut off slow clients, bounded headers and
-// connections, no request bodies (every route is a GET). Serve it on
-// GatherListener(ln): its write buffer is sized for that.
+// connections, no request bodies (every route is a GET), and requests it
+// cannot read answered with envelopes. Serve it on p.Listener(ln,
+// PublicListener(cfg)) (or GatherListener(ln)): its write buffer is sized
+// for gatherConn.
 func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:            p.Handle,
@@ -23,11 +25,16 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		ReadTimeout:        cfg.ReadTimeout,
 		WriteTimeout:       cfg.WriteTimeout,
 		IdleTimeout:        cfg.IdleTimeout,
+		ErrorHandler:       p.unreadable(errHeadersTooLarge(cfg.MaxHeaderBytes)),
 		ReadBufferSize:     cfg.MaxHeaderBytes, // bounds request line + headers
 		WriteBufferSize:    writeChunk,         // the body bypasses it: gatherConn
-		MaxRequestBodySize: 4 << 10,
-		Concurrency:        cfg.MaxConns,
-		ReduceMemoryUsage:  false,
+		MaxRequestBodySize: maxBodyBytes,
+		// The listener caps connections (Listener, server.max_conns) and
+		// refuses with an envelope; fasthttp's own cap, which answers in
+		// plain text, is a backstop above it: a closed connection frees
+		// the listener's slot a moment before fasthttp's worker.
+		Concurrency:       cfg.MaxConns + concurrencySlack,
+		ReduceMemoryUsage: false,
 		// Case of header names is kept as the edge sets them; saves work
 		// on every request.
 		DisableHeaderNamesNormalizing: false,

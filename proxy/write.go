@@ -19,6 +19,8 @@ var (
 	hdrETag           = []byte("ETag")
 	hdrVary           = []byte("Vary")
 	hdrRetryAfter     = []byte("Retry-After")
+	hdrAllow          = []byte("Allow")
+	valAllow          = []byte("GET, HEAD")
 	hdrIfNoneMatch    = []byte("If-None-Match")
 	hdrAcceptEncoding = []byte("Accept-Encoding")
 	valAcceptEncoding = hdrAcceptEncoding
@@ -218,6 +220,9 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
+	if e.Status == fasthttp.StatusMethodNotAllowed { // RFC 9110 section 15.5.6
+		ctx.Response.Header.SetCanonical(hdrAllow, valAllow)
+	}
 	if e.RetryAfter > 0 {
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, strconv.AppendInt(nil, int64(e.RetryAfter), 10))
 	}

@@ -97,6 +97,21 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		debug.SetMemoryLimit(limit)
 		log.Info("memory limit", "bytes", limit, "source", "1.5 x cache.max_bytes + 64 MiB")
 	}
+	// Every connection the edge may hold must fit the descriptor limit:
+	// past it accept fails with EMFILE, and so does an upstream call.
+	nofile, err := raiseDescriptorLimit()
+	if err != nil {
+		log.Warn("could not raise the soft descriptor limit to the hard one", "limit", nofile, "err", err.Error())
+	}
+	configured, err := fitDescriptors(&cfg, nofile)
+	if err != nil {
+		return err
+	}
+	if configured > 0 {
+		log.Warn("server.max_conns lowered to fit the descriptor limit", "limit", nofile, "configured", configured,
+			"max_conns", cfg.Server.MaxConns, "admin_max_conns", cfg.AdminMaxConns, "upstream_max_conns", cfg.Upstream.MaxConns,
+			"reserved", reservedDescriptors)
+	}
 	c, err := cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes})
 	if err != nil {
 		return err
@@ -137,10 +152,13 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	defer signal.Stop(sigs)
 
 	srv := p.NewServer(cfg.Server)
-	admin := &fasthttp.Server{Handler: p.AdminHandler(), Name: "explorer-edge-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	admin := &fasthttp.Server{Handler: p.AdminHandler(), Name: "explorer-edge-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		Concurrency: cfg.AdminMaxConns + 8} // the listener caps it; see proxy.NewServer
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(proxy.GatherListener(ln)) }()
-	go func() { errc <- admin.Serve(adminLn) }()
+	go func() { errc <- srv.Serve(p.Listener(ln, proxy.PublicListener(cfg.Server))) }()
+	go func() {
+		errc <- admin.Serve(p.Listener(adminLn, proxy.ListenerConfig{Name: "admin", MaxConns: cfg.AdminMaxConns}))
+	}()
 	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
 
@@ -171,6 +189,11 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	current := cfg
 	doReload := func() {
 		next, err := loadConfig(path)
+		if err == nil {
+			// The same limit lowers the same max_conns: unchanged, it
+			// does not make the reload refused.
+			_, err = fitDescriptors(&next, nofile)
+		}
 		if err == nil {
 			err = restartOnly(current, next)
 		}
@@ -237,8 +260,8 @@ func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration
 // restartOnly refuses a reload that changes what run sets up once; the
 // proxy's Reload refuses its own such keys.
 func restartOnly(old, next config.Config) error {
-	if old.WatchConfig != next.WatchConfig || old.Log.Format != next.Log.Format {
-		return errors.New("watch_config and log.format cannot change on reload; restart")
+	if old.WatchConfig != next.WatchConfig || old.Log.Format != next.Log.Format || old.AdminMaxConns != next.AdminMaxConns {
+		return errors.New("watch_config, log.format and admin_max_conns cannot change on reload; restart")
 	}
 	return nil
 }

@@ -1,0 +1,98 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxBodyBytes bounds a request body fasthttp reads: no route takes one, so
+// only a stray Content-Length of a GET or a refused POST ever comes near it.
+const maxBodyBytes = 4 << 10
+
+var keyTransferEncoding = []byte("transfer-encoding:")
+
+// framingError returns why a request's framing is refused, or nil. Another
+// HTTP/1.1 parser in front of the edge may delimit such a request
+// differently than fasthttp did, and the bytes one of them takes for the
+// body the other takes for a second request (RFC 9112 section 6.1,
+// "request smuggling"):
+//
+//   - Transfer-Encoding, alone or with Content-Length. No route takes a
+//     body, so none is accepted, whatever its value (fasthttp lets
+//     chunked win over Content-Length and keeps the connection).
+//   - a line of the header block ending in a bare LF. fasthttp ends a line
+//     there (RFC 9112 section 2.2 allows it); a parser that ends lines at
+//     CRLF only reads the next header as part of this one, so a
+//     Transfer-Encoding after it is seen by one side alone.
+//   - obsolete line folding (RFC 9112 section 5.2 lets a server refuse it):
+//     fasthttp joins the line to the header before.
+//
+// It costs one IndexByte per header line and reads only what fasthttp
+// parsed already (ContentLength is -1 for chunked, RawHeaders the header
+// block as received): the hit path allocates nothing for it.
+func framingError(h *fasthttp.RequestHeader) *Error {
+	if h.ContentLength() == -1 {
+		return errFramingTE
+	}
+	raw := h.RawHeaders()
+	for len(raw) > 0 {
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return nil
+		}
+		if i == 0 || raw[i-1] != '\r' {
+			return errFramingLF
+		}
+		switch raw[0] {
+		case ' ', '\t':
+			return errFramingFold
+		case 't', 'T': // "Transfer-Encoding: identity" leaves no other trace
+			if i > len(keyTransferEncoding) && bytes.EqualFold(raw[:len(keyTransferEncoding)], keyTransferEncoding) {
+				return errFramingTE
+			}
+		}
+		raw = raw[i+1:]
+	}
+	return nil
+}
+
+// refuseFraming answers a request framingError refuses and closes the
+// connection: whatever follows on it cannot be trusted to be a request.
+func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *Error) {
+	id := routeUnknown
+	if r := routeByPath(ctx.Path()); r != nil {
+		id = r.id
+	}
+	p.fail(ctx, id, start, e)
+	ctx.SetConnectionClose()
+}
+
+// unreadable is the public server's ErrorHandler: fasthttp calls it for a
+// request it could not read, before any handler, and closes the
+// connection after the answer. What reaches it (fasthttp v1.74.0,
+// server.go serveConn): *ErrSmallBuffer when the request line and headers
+// outgrow the read buffer, ErrBodyTooLarge beyond MaxRequestBodySize, a
+// read timeout, and every parse error of the request line, headers, URI or
+// body. Each gets an envelope of the error table instead of fasthttp's
+// plain text; the cause, which may quote the client's headers, is not
+// shown.
+func (p *Proxy) unreadable(headersTooLarge *Error) func(*fasthttp.RequestCtx, error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		var small *fasthttp.ErrSmallBuffer
+		var ne net.Error
+		e := errUnreadable
+		switch {
+		case errors.As(err, &small):
+			e = headersTooLarge
+		case errors.Is(err, fasthttp.ErrBodyTooLarge):
+			e = errBodyTooLarge
+		case errors.As(err, &ne) && ne.Timeout():
+			e = errReadTimeout
+		}
+		p.fail(ctx, routeUnknown, time.Now(), e)
+	}
+}
