@@ -63,9 +63,12 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 			MaxConns:            cfg.MaxConns,
 			MaxResponseBodySize: cfg.MaxResponseBytes,
 			MaxIdleConnDuration: 30 * time.Second,
-			// A stale keep-alive connection closed by the upstream is
-			// retried once by fasthttp on a fresh one (GET is idempotent).
-			MaxIdemponentCallAttempts: 2,
+			// One attempt per Do: fasthttp's own retry of a dropped call
+			// took no budget token and left no log line (an upstream
+			// dropping half its connections got 1.5x the budget). fetch's
+			// loop is the only retry, and each of its attempts takes a
+			// token, is counted and is logged.
+			MaxIdemponentCallAttempts: 1,
 			NoDefaultUserAgentHeader:  true,
 			DisablePathNormalizing:    true, // sign and send the exact path
 		},
@@ -142,7 +145,9 @@ func (u *upstream) fetch(s *settings, r *route, target string, haveStale, backgr
 			return status, body, nil
 		}
 		var e *Error
-		retryable := errors.As(err, &e) && (e.Status == 502 || e.Status == 504 || e == errUnreachable || e.reason == "unreachable")
+		// An answer too large is as large again: not retried.
+		retryable := errors.As(err, &e) && e.reason != errTooLarge.reason &&
+			(e.Status == 502 || e.Status == 504 || e.reason == "unreachable")
 		if !retryable || attempt >= cfg.Retries {
 			return 0, nil, err
 		}
@@ -219,13 +224,16 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		return 0, nil, e
 	}
 	status := resp.StatusCode()
-	body, err := resp.BodyUncompressed()
+	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
 	if err != nil {
-		u.m.Upstream(int(r.id), metrics.OutcomeMalformed, took.Seconds())
-		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", "malformed", "ms", took.Milliseconds(), "err", err.Error())
-		return 0, nil, errMalformed.with(err, 0)
+		outcome, e := metrics.OutcomeMalformed, errMalformed
+		if errors.Is(err, errDecodedTooLarge) {
+			outcome, e = metrics.OutcomeTooLarge, errTooLarge
+		}
+		u.m.Upstream(int(r.id), outcome, took.Seconds())
+		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		return 0, nil, e.with(err, 0)
 	}
-	body = bytes.Clone(body) // resp is reused by fasthttp after release
 	code, _ := envelopeCode(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
 	switch {
