@@ -161,15 +161,26 @@ func slicesEqualFold(a, b []string) bool {
 // SetDraining makes /readyz say not ready while the server drains.
 func (p *Proxy) SetDraining(v bool) { p.draining.Store(v) }
 
-// Ready reports whether the edge can answer: not draining, and the upstream
-// breaker not open (an open breaker still serves cached keys, but a load
-// balancer should prefer a node that can also fetch).
+// Ready reports whether the edge can answer: not draining, and able to
+// fetch or holding something to serve. An open breaker or an upstream
+// lock-out (429 Retry-After) with nothing cached is not ready; with entries
+// cached the node still serves them (a lock-out is the account's, so every
+// node of a fleet has it: none would be left to a load balancer), and the
+// reason says so.
 func (p *Proxy) Ready() (bool, string) {
 	if p.draining.Load() {
 		return false, "draining"
 	}
-	if p.up.breakerOpen() && p.cache.Entries() == 0 {
+	empty := p.cache.Entries() == 0
+	if p.up.breakerOpen() && empty {
 		return false, "upstream breaker open and nothing cached"
+	}
+	if until, ok := p.up.lockedUntil(time.Now()); ok {
+		why := "upstream throttled until " + until.UTC().Format(time.RFC3339)
+		if empty {
+			return false, why + " and nothing cached"
+		}
+		return true, "ok; " + why + ", serving cached answers"
 	}
 	return true, "ok"
 }

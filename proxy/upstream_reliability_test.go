@@ -286,6 +286,64 @@ func TestUpstreamRetryAfterIsCapped(t *testing.T) {
 	if s := throttledSeconds(t, h); s != 0 {
 		t.Errorf("upstream_throttled_seconds = %v after reload, want 0", s)
 	}
+
+	// With max_retry_after 1s the lock-out ends by itself within it. With
+	// an entry cached the node stays ready, and says why.
+	cfg := h.cfg
+	cfg.Upstream.MaxRetryAfter = time.Second
+	if err := h.p.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	ra.armed.Store(true)
+	if r := h.get(target(4)); r.status != 503 || r.header["Retry-After"] != "1" {
+		t.Errorf("with max_retry_after 1s: %d, Retry-After %q, want 503 and 1", r.status, r.header["Retry-After"])
+	}
+	if ok, why := h.p.Ready(); !ok || !strings.Contains(why, "upstream throttled until") {
+		t.Errorf("Ready() = %v %q during a lock-out with entries cached: want ready, saying it", ok, why)
+	}
+	testkit.WaitFor(t, "the capped lock-out to end", func() bool { _, why := h.p.Ready(); return why == "ok" })
+	if r := h.get(target(4)); r.status != 200 {
+		t.Errorf("after the capped lock-out: %d %.100s, want 200", r.status, r.body)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	f := func(v string, want time.Duration) {
+		t.Helper()
+		if got := retryAfter([]byte(v), now, time.Minute); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+	f("", time.Second)
+	f("garbage", time.Second)
+	f("0", time.Second)
+	f("-5", time.Second)
+	f(" 7 ", 7*time.Second)
+	f("60", time.Minute)
+	f("31536000", time.Minute)
+	f("9223372036854775807", time.Minute) // would overflow a Duration
+	f(now.Add(20*time.Second).Format(http.TimeFormat), 20*time.Second)
+	f(now.AddDate(1, 0, 0).Format(http.TimeFormat), time.Minute)
+	f(now.Add(-time.Hour).Format(http.TimeFormat), time.Second)
+}
+
+// TestUpstreamLockoutEndsOnAnAnswerSentAfterIt: a good answer to a call
+// sent after the 429 ends the lock-out; one to a call already in flight
+// when the 429 came does not.
+func TestUpstreamLockoutEndsOnAnAnswerSentAfterIt(t *testing.T) {
+	h := newHarness(t)
+	u := h.p.up
+	now := time.Now()
+	u.throttled([]byte("30"), now)
+	u.recovered(now.Add(-time.Millisecond))
+	if _, ok := u.lockedUntil(time.Now()); !ok {
+		t.Errorf("an answer to a call sent before the 429 ended the lock-out")
+	}
+	u.recovered(now.Add(time.Millisecond))
+	if until, ok := u.lockedUntil(time.Now()); ok {
+		t.Errorf("an answer to a call sent after the 429 left the lock-out until %v", until)
+	}
 }
 
 // simDirect asks explorer-sim directly, signed with the demo account: its
