@@ -35,7 +35,7 @@ type upstream struct {
 	// lock honours the upstream's Retry-After: no call leaves before
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
-	rate         atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
 }
 
 func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
