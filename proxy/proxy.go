@@ -258,7 +258,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 		return false
 	}
 	p.writeEntry(ctx, q, e, now, statusHit)
-	p.done(ctx, m.route.id, metrics.ResultHit, start)
+	p.served(ctx, m.route.id, e, metrics.ResultHit, start)
 	return true
 }
 
@@ -269,7 +269,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	switch e.StateAt(now.UnixNano()) {
 	case cache.Fresh:
 		p.writeEntry(ctx, q, e, now, statusHit)
-		p.done(ctx, q.route.id, metrics.ResultHit, start)
+		p.served(ctx, q.route.id, e, metrics.ResultHit, start)
 		return
 	case cache.Stale:
 		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
@@ -325,7 +325,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 			st = statusMissNotStored
 		}
 		p.writeEntry(ctx, q, a.entry, now, st)
-		p.done(ctx, id, result, start)
+		p.served(ctx, id, a.entry, result, start)
 		return
 	}
 	// An upstream envelope with a code other than "0" is never cached. One
@@ -449,6 +449,9 @@ func (p *Proxy) store(s *settings, r *route, key string, status int, body []byte
 		return nil, errMalformed.with(err, 0)
 	}
 	if code != "0" || status != fasthttp.StatusOK {
+		if refusedQuestion(status, code) {
+			return p.storeRefusal(s, r, key, status, body), nil
+		}
 		return &answer{status: status, code: code, body: body}, nil
 	}
 	var q query // classification needs the parsed parameters of key
