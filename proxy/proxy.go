@@ -328,8 +328,9 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		p.served(ctx, id, a.entry, result, start)
 		return
 	}
-	// An upstream envelope with a code other than "0" is never cached. One
-	// that says the upstream is failing is met like any other failure: a
+	// An upstream envelope with a code other than "0" that does not refuse
+	// the question (refusedQuestion; those came as a.entry) is never
+	// cached. One that says the upstream is failing is met like any other failure: a
 	// copy within stale_if_error stands in for it. Otherwise it is passed
 	// through as it came.
 	if upstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
@@ -441,7 +442,8 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	return &answer{stale: shared}, err
 }
 
-// store turns an upstream answer into an entry and caches it if its code is "0".
+// store turns an upstream answer into an entry and caches it if its code is
+// "0", or for the negative time if it refuses the question.
 func (p *Proxy) store(s *settings, r *route, key string, status int, body []byte) (*answer, error) {
 	code, err := envelopeCode(body)
 	if err != nil {
