@@ -31,6 +31,9 @@ type Entry struct {
 	// change what an entry already promised.
 	StaleWhileRevalidate int64 // nanoseconds past Fresh
 	StaleIfError         int64 // nanoseconds past Fresh
+	// Status is the HTTP status to send; 0 means 200. Only a cached
+	// refusal (an upstream envelope refusing the question) sets it.
+	Status int
 
 	held bool // counted in the cache's bytes and entries; guarded by Cache.mu
 

@@ -62,12 +62,16 @@ type Upstream struct {
 	// bucket is empty and no stale copy exists, before 503/50001.
 	BudgetWait       time.Duration `koanf:"budget_wait"`
 	MaxConns         int           `koanf:"max_conns"`          // connections to the upstream host
-	MaxResponseBytes int           `koanf:"max_response_bytes"` // larger answers are an error (50026)
+	MaxResponseBytes int           `koanf:"max_response_bytes"` // larger answers, on the wire or decoded, are an error (50026)
 	Retries          int           `koanf:"retries"`            // extra attempts after 5xx, timeout, connection error
 	RetryBackoff     time.Duration `koanf:"retry_backoff"`      // first backoff; doubles, with full jitter
 	RetryMaxTime     time.Duration `koanf:"retry_max_time"`     // bound on all attempts of one call
 	BreakerFailures  int           `koanf:"breaker_failures"`   // consecutive failures that open the breaker
 	BreakerOpenFor   time.Duration `koanf:"breaker_open_for"`   // how long it stays open before a probe
+	// MaxRetryAfter caps the lock-out an upstream 429 (or 50011) asks for
+	// with Retry-After: no call leaves before min(Retry-After,
+	// max_retry_after). A reload ends a lock-out.
+	MaxRetryAfter time.Duration `koanf:"max_retry_after"`
 }
 
 // Client is one frontend allowed in when auth.mode is "signed".
@@ -212,6 +216,7 @@ func Default() Config {
 			RetryMaxTime:     8 * time.Second,
 			BreakerFailures:  5,
 			BreakerOpenFor:   5 * time.Second,
+			MaxRetryAfter:    60 * time.Second,
 		},
 		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
@@ -476,6 +481,7 @@ func (c *Config) Validate() error {
 		bad("upstream.breaker_failures: must be >= 1, got %d", u.BreakerFailures)
 	}
 	positive("upstream.breaker_open_for", u.BreakerOpenFor)
+	positive("upstream.max_retry_after", u.MaxRetryAfter)
 
 	a := c.Auth
 	switch a.Mode {

@@ -226,6 +226,13 @@ func (m *Metrics) BudgetTokens(f func() float64) {
 		Help: "Tokens left in the upstream budget bucket."}, f))
 }
 
+// ThrottledSeconds registers the gauge of the lock-out an upstream 429
+// imposed, in seconds left (0: none), read at scrape time.
+func (m *Metrics) ThrottledSeconds(f func() float64) {
+	m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_throttled_seconds",
+		Help: "Seconds left of the lock-out an upstream 429 (Retry-After, capped at upstream.max_retry_after) imposed; 0 when none."}, f))
+}
+
 // CodeIndex returns the requests_total label index of an envelope code.
 // Codes outside the fixed set count as "other".
 func (m *Metrics) CodeIndex(code string) int {

@@ -101,6 +101,22 @@ func upstreamFailing(status int, code string) bool {
 	return status >= 500 || status == fasthttp.StatusTooManyRequests
 }
 
+// refusedQuestion reports whether an upstream envelope refuses the
+// question itself, so that asking again gets the same answer until the
+// chain moves: a parameter code (50014 missing, 50025 too many hashes,
+// 50036 malformed or out of range, e.g. a height below the reachable
+// window) with status 400 or 200. Such an answer is cached for the route's
+// negative time. Anything else that is not a success (5xx, 429, the
+// upstream's own failures 50001/50004/50011/50026, auth codes about the
+// edge's credentials, codes not listed) is never cached.
+func refusedQuestion(status int, code string) bool {
+	switch code {
+	case "50014", "50025", "50036":
+		return status == fasthttp.StatusBadRequest || status == fasthttp.StatusOK
+	}
+	return false
+}
+
 // with returns a copy of e carrying cause and, if > 0, a Retry-After.
 func (e *Error) with(cause error, retryAfter int) *Error {
 	c := *e

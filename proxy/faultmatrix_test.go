@@ -48,7 +48,8 @@ type matrixFault struct {
 	reason string
 	// answered: the envelope is the upstream's answer to the question (a
 	// code of the client's side), so an expired key gets it too, not its
-	// stale copy.
+	// stale copy, and it is cached for the negative time (matrixNegative)
+	// on the routes cached per request; per-hash routes never cache it.
 	answered bool
 }
 
@@ -70,9 +71,12 @@ var matrixFaults = []matrixFault{
 // is as long again, stale_if_error an hour.
 const matrixTTL = 10 * time.Second
 
+// matrixNegative is the negative time: how long a refusal is cached.
+const matrixNegative = time.Second
+
 func matrixConfig(c *config.Config, _ *sim.Config) {
 	for name := range c.Cache.TTL {
-		c.Cache.TTL[name] = cache.TTLs{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixTTL}
+		c.Cache.TTL[name] = cache.TTLs{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixNegative}
 	}
 	c.Cache.StaleWhileRevalidate = config.AllWindows(matrixTTL)
 	c.Cache.StaleIfError = time.Hour
@@ -120,6 +124,16 @@ func (h *harness) reference() func(target string) []byte {
 		}
 		return w.Body.Bytes()
 	}
+}
+
+// perHashRoute reports whether the route of that name is cached per hash.
+func perHashRoute(name string) bool {
+	for _, r := range routes {
+		if r.name == name {
+			return r.perHash
+		}
+	}
+	panic("no route " + name)
 }
 
 // sameJSON compares two JSON documents by value (the per-hash routes
@@ -188,8 +202,15 @@ func TestFaultMatrix(t *testing.T) {
 							t.Errorf("%s: want the stale copy with detail stale-if-error-%s", where, f.reason)
 						}
 					default: // cold, or expired when the upstream answered
-						if r.status != f.status || r.code() != f.code || r.header["Cache-Control"] != "no-store" {
-							t.Errorf("%s: want %d with code %s, not stored", where, f.status, f.code)
+						if r.status != f.status || r.code() != f.code {
+							t.Errorf("%s: want %d with code %s", where, f.status, f.code)
+						}
+						if cc := r.header["Cache-Control"]; f.answered && !perHashRoute(name) {
+							if cc != fmt.Sprintf("public, max-age=%d", matrixNegative/time.Second) || !strings.Contains(cs, "stored") {
+								t.Errorf("%s: a refusal not stored for the negative time", where)
+							}
+						} else if cc != "no-store" {
+							t.Errorf("%s: stored", where)
 						}
 						if f.status == 503 && r.header["Retry-After"] == "" {
 							t.Errorf("%s: 503 without Retry-After", where)
@@ -208,6 +229,9 @@ func TestFaultMatrix(t *testing.T) {
 			// The upstream is well again: every key now gives the right
 			// data, and a key that failed is fetched, not a cached failure.
 			h.sim.ClearFaults()
+			if f.answered {
+				h.clock.Advance(matrixNegative) // the cached refusals expire
+			}
 			testkit.WaitFor(t, "the upstream to be callable again", func() bool {
 				return h.get(targets["block-list"][stateCold]).status == 200
 			})

@@ -174,15 +174,26 @@ func slicesEqualFold(a, b []string) bool {
 // SetDraining makes /readyz say not ready while the server drains.
 func (p *Proxy) SetDraining(v bool) { p.draining.Store(v) }
 
-// Ready reports whether the edge can answer: not draining, and the upstream
-// breaker not open (an open breaker still serves cached keys, but a load
-// balancer should prefer a node that can also fetch).
+// Ready reports whether the edge can answer: not draining, and able to
+// fetch or holding something to serve. An open breaker or an upstream
+// lock-out (429 Retry-After) with nothing cached is not ready; with entries
+// cached the node still serves them (a lock-out is the account's, so every
+// node of a fleet has it: none would be left to a load balancer), and the
+// reason says so.
 func (p *Proxy) Ready() (bool, string) {
 	if p.draining.Load() {
 		return false, "draining"
 	}
-	if p.up.breakerOpen() && p.cache.Entries() == 0 {
+	empty := p.cache.Entries() == 0
+	if p.up.breakerOpen() && empty {
 		return false, "upstream breaker open and nothing cached"
+	}
+	if until, ok := p.up.lockedUntil(time.Now()); ok {
+		why := "upstream throttled until " + until.UTC().Format(time.RFC3339)
+		if empty {
+			return false, why + " and nothing cached"
+		}
+		return true, "ok; " + why + ", serving cached answers"
 	}
 	return true, "ok"
 }
@@ -276,7 +287,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 		return false
 	}
 	p.writeEntry(ctx, q, e, now, statusHit)
-	p.done(ctx, m.route.id, metrics.ResultHit, start)
+	p.served(ctx, m.route.id, e, metrics.ResultHit, start)
 	return true
 }
 
@@ -287,7 +298,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	switch e.StateAt(now.UnixNano()) {
 	case cache.Fresh:
 		p.writeEntry(ctx, q, e, now, statusHit)
-		p.done(ctx, q.route.id, metrics.ResultHit, start)
+		p.served(ctx, q.route.id, e, metrics.ResultHit, start)
 		return
 	case cache.Stale:
 		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
@@ -343,11 +354,12 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 			st = statusMissNotStored
 		}
 		p.writeEntry(ctx, q, a.entry, now, st)
-		p.done(ctx, id, result, start)
+		p.served(ctx, id, a.entry, result, start)
 		return
 	}
-	// An upstream envelope with a code other than "0" is never cached. One
-	// that says the upstream is failing is met like any other failure: a
+	// An upstream envelope with a code other than "0" that does not refuse
+	// the question (refusedQuestion; those came as a.entry) is never
+	// cached. One that says the upstream is failing is met like any other failure: a
 	// copy within stale_if_error stands in for it. Otherwise it is passed
 	// through as it came.
 	if upstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
@@ -463,7 +475,9 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	return &answer{stale: shared}, err
 }
 
-// store turns an upstream answer into an entry and caches it if its code is "0".
+// store turns an upstream answer into an entry and caches it if its code is
+// "0", or for the negative time if it refuses the question. asked is when
+// the question left: the answer is as old as that.
 func (p *Proxy) store(s *settings, r *route, key string, asked time.Time, status int, body []byte) (*answer, error) {
 	code, err := envelopeCode(body)
 	if err != nil {
@@ -471,6 +485,9 @@ func (p *Proxy) store(s *settings, r *route, key string, asked time.Time, status
 		return nil, errMalformed.with(err, 0)
 	}
 	if code != "0" || status != fasthttp.StatusOK {
+		if refusedQuestion(status, code) {
+			return p.storeRefusal(s, r, key, status, body), nil
+		}
 		return &answer{status: status, code: code, body: body}, nil
 	}
 	var q query // classification needs the parsed parameters of key

@@ -32,10 +32,10 @@ type upstream struct {
 	breaker *gobreaker.CircuitBreaker[struct{}]
 	m       *metrics.Metrics
 	log     *slog.Logger
-	// blockedUntil (unix ns) honours the upstream's Retry-After: no call
-	// leaves before it.
-	blockedUntil atomic.Int64
-	rate         atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+	// lock honours the upstream's Retry-After: no call leaves before
+	// lock.until. nil = none.
+	lock atomic.Pointer[lockout]
+	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
 }
 
 func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
@@ -63,9 +63,12 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 			MaxConns:            cfg.MaxConns,
 			MaxResponseBodySize: cfg.MaxResponseBytes,
 			MaxIdleConnDuration: 30 * time.Second,
-			// A stale keep-alive connection closed by the upstream is
-			// retried once by fasthttp on a fresh one (GET is idempotent).
-			MaxIdemponentCallAttempts: 2,
+			// One attempt per Do: fasthttp's own retry of a dropped call
+			// took no budget token and left no log line (an upstream
+			// dropping half its connections got 1.5x the budget). fetch's
+			// loop is the only retry, and each of its attempts takes a
+			// token, is counted and is logged.
+			MaxIdemponentCallAttempts: 1,
 			NoDefaultUserAgentHeader:  true,
 			DisablePathNormalizing:    true, // sign and send the exact path
 		},
@@ -79,6 +82,13 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 	}
 	m.BudgetRate.Set(cfg.Rate)
 	m.BudgetTokens(up.budget.Tokens)
+	m.ThrottledSeconds(func() float64 {
+		until, ok := up.lockedUntil(time.Now())
+		if !ok {
+			return 0
+		}
+		return time.Until(until).Seconds()
+	})
 	up.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "upstream",
 		MaxRequests: 1, // one probe while half-open
@@ -106,9 +116,12 @@ func stringsTrimRightSlash(s string) string {
 	return s
 }
 
-// reconfigure applies reloaded rates and timeouts.
+// reconfigure applies reloaded rates and timeouts. It ends a lock-out and
+// restores a rate lowered after a 429: a reload is how an operator says
+// "try again now".
 func (u *upstream) reconfigure(cfg config.Upstream) {
 	u.cfg.Store(&cfg)
+	u.lock.Store(nil)
 	u.rate.Store(math.Float64bits(cfg.Rate))
 	u.budget.SetRate(cfg.Rate, cfg.Burst)
 	u.m.BudgetRate.Set(cfg.Rate)
@@ -142,7 +155,9 @@ func (u *upstream) fetch(s *settings, r *route, target string, haveStale, backgr
 			return status, body, nil
 		}
 		var e *Error
-		retryable := errors.As(err, &e) && (e.Status == 502 || e.Status == 504 || e == errUnreachable || e.reason == "unreachable")
+		// An answer too large is as large again: not retried.
+		retryable := errors.As(err, &e) && e.reason != errTooLarge.reason &&
+			(e.Status == 502 || e.Status == 504 || e.reason == "unreachable")
 		if !retryable || attempt >= cfg.Retries {
 			return 0, nil, err
 		}
@@ -158,10 +173,10 @@ func (u *upstream) fetch(s *settings, r *route, target string, haveStale, backgr
 // take draws one token for an attempt, or says why it may not go.
 func (u *upstream) take(r *route, cfg *config.Upstream, haveStale, background bool) error {
 	now := time.Now()
-	if until := u.blockedUntil.Load(); now.UnixNano() < until {
+	if until, ok := u.lockedUntil(now); ok {
 		u.m.Throttled.WithLabelValues("upstream").Inc()
 		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
-		return errThrottled.with(nil, ceilSeconds(time.Duration(until-now.UnixNano())))
+		return errThrottled.with(nil, ceilSeconds(until.Sub(now)))
 	}
 	wait := cfg.BudgetWait
 	if haveStale || background {
@@ -219,19 +234,22 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		return 0, nil, e
 	}
 	status := resp.StatusCode()
-	body, err := resp.BodyUncompressed()
+	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
 	if err != nil {
-		u.m.Upstream(int(r.id), metrics.OutcomeMalformed, took.Seconds())
-		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", "malformed", "ms", took.Milliseconds(), "err", err.Error())
-		return 0, nil, errMalformed.with(err, 0)
+		outcome, e := metrics.OutcomeMalformed, errMalformed
+		if errors.Is(err, errDecodedTooLarge) {
+			outcome, e = metrics.OutcomeTooLarge, errTooLarge
+		}
+		u.m.Upstream(int(r.id), outcome, took.Seconds())
+		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		return 0, nil, e.with(err, 0)
 	}
-	body = bytes.Clone(body) // resp is reused by fasthttp after release
 	code, _ := envelopeCode(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
 	switch {
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		outcome = metrics.Outcome429
-		retry := u.throttled(resp.Header.Peek("Retry-After"))
+		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
 		result = errThrottled.with(fmt.Errorf("upstream answered %d code %q", status, code), ceilSeconds(retry))
 	case status >= 500:
 		outcome = metrics.Outcome5xx
@@ -242,7 +260,7 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 	case code != "0":
 		outcome = metrics.OutcomeErrorEnvelope
 	default:
-		u.recovered()
+		u.recovered(start)
 	}
 	u.m.Upstream(int(r.id), outcome, took.Seconds())
 	level := slog.LevelInfo
@@ -257,32 +275,60 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 	return status, body, nil
 }
 
-// throttled honours a 429: no call before Retry-After (default 1 s), and
-// the budget rate halves (down to 1/16 of the configured rate) until
-// successes bring it back.
-func (u *upstream) throttled(retryAfter []byte) time.Duration {
-	d := time.Second
-	if n, err := strconv.Atoi(string(bytes.TrimSpace(retryAfter))); err == nil && n > 0 {
-		d = time.Duration(n) * time.Second
-	} else if t, err := time.Parse(time.RFC1123, string(retryAfter)); err == nil && time.Until(t) > 0 {
-		d = time.Until(t)
+// lockout is the time an upstream 429 forbids calls: set when the 429
+// came, until when its Retry-After (capped at max_retry_after) runs.
+type lockout struct{ set, until time.Time }
+
+// lockedUntil reports the end of a lock-out in force at now.
+func (u *upstream) lockedUntil(now time.Time) (time.Time, bool) {
+	if l := u.lock.Load(); l != nil && now.Before(l.until) {
+		return l.until, true
 	}
-	until := time.Now().Add(d).UnixNano()
+	return time.Time{}, false
+}
+
+// retryAfter is how long a Retry-After value (delay-seconds or an
+// HTTP-date, RFC 9110 section 10.2.3) asks to wait: 1 s when absent or
+// unreadable, never more than limit (a year would lock the edge out for a
+// year).
+func retryAfter(v []byte, now time.Time, limit time.Duration) time.Duration {
+	d := time.Second
+	if n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64); err == nil && n > 0 {
+		d = time.Duration(min(n, int64(limit/time.Second)+1)) * time.Second
+	} else if t, err := fasthttp.ParseHTTPDate(bytes.TrimSpace(v)); err == nil && t.After(now) {
+		d = t.Sub(now)
+	}
+	return min(d, limit)
+}
+
+// throttled honours a 429 that came at now: no call before its
+// Retry-After (see retryAfter), and the budget rate halves (down to 1/16
+// of the configured rate) until successes bring it back.
+func (u *upstream) throttled(v []byte, now time.Time) time.Duration {
+	cfg := u.cfg.Load()
+	d := retryAfter(v, now, cfg.MaxRetryAfter)
+	next := &lockout{set: now, until: now.Add(d)}
 	for {
-		cur := u.blockedUntil.Load()
-		if cur >= until || u.blockedUntil.CompareAndSwap(cur, until) {
+		cur := u.lock.Load()
+		if (cur != nil && !cur.until.Before(next.until)) || u.lock.CompareAndSwap(cur, next) {
 			break
 		}
 	}
-	cfg := u.cfg.Load()
 	rate := max(math.Float64frombits(u.rate.Load())/2, cfg.Rate/16)
 	u.setRate(rate, cfg.Burst)
 	u.m.Throttled.WithLabelValues("upstream").Inc()
 	return d
 }
 
-// recovered raises a lowered budget rate by a quarter per success.
-func (u *upstream) recovered() {
+// recovered notes a good answer to a call sent at sent. It ends a lock-out
+// set before that call left (the upstream answers again), but not one set
+// while it was in flight: an answer to a call that overlapped the 429 says
+// nothing against its Retry-After. It raises a lowered budget rate by a
+// quarter per success.
+func (u *upstream) recovered(sent time.Time) {
+	if l := u.lock.Load(); l != nil && l.set.Before(sent) {
+		u.lock.CompareAndSwap(l, nil)
+	}
 	cfg := u.cfg.Load()
 	if cur := math.Float64frombits(u.rate.Load()); cur < cfg.Rate {
 		u.setRate(min(cfg.Rate, cur*1.25), cfg.Burst)

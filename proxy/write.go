@@ -118,7 +118,11 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	h.SetCanonical(hdrVary, vary)
 	q.scratch = b
 
-	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && etagMatch(inm, etag) {
+	if e.Status != 0 { // a cached refusal keeps the upstream's status
+		ctx.SetStatusCode(e.Status)
+	}
+	// If-None-Match applies only to an answer that would be 2xx (RFC 9110 section 13.2.1).
+	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && e.Status < 300 && etagMatch(inm, etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return
 	}

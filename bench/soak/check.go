@@ -264,12 +264,16 @@ func (ck *checker) check(c *counts, pc *phaseCounts, t *target, s sent, resp *fa
 		ck.wrong(c, t, s, resp, body, start, fmt.Sprintf("%d answer is not an error envelope", status))
 		return
 	}
-	if !noStore {
+	// The upstream's own refusal of the question may come from the cache,
+	// stored for the route's negative time; any other error is no-store.
+	refusal := status == 400 && t.refStatus == 400 && code == t.refCode
+	cc := string(resp.Header.Peek(fasthttp.HeaderCacheControl))
+	if !noStore && !(refusal && strings.HasPrefix(cc, "public, max-age=")) {
 		ck.wrong(c, t, s, resp, body, start, "error without Cache-Control: no-store")
 		return
 	}
 	switch {
-	case status == 400 && t.refStatus == 400 && code == t.refCode:
+	case refusal:
 		c.upstream400.Add(1) // the upstream's own refusal, passed through
 	case upstreamFailure(status, code):
 		faulty, _ := ck.tl.during(start, end)

@@ -1,0 +1,35 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/cache"
+)
+
+// storeRefusal caches an upstream envelope that refuses the question
+// (refusedQuestion) for the route's negative time (its shortest TTL when it
+// has none), with its status: asked again, it is a hit, not one more call
+// of the quota. It has no stale windows, never stands in for a failure, and
+// stays on this node: the shared tier holds successes only.
+func (p *Proxy) storeRefusal(s *settings, r *route, key string, status int, body []byte) *answer {
+	now := p.clock()
+	e := cache.NewEntry(key, body, cache.Negative, now, s.ttl[r.id].For(cache.Negative), 0, 0)
+	e.Status = status
+	p.cache.Set(e, now)
+	return &answer{entry: e, stored: true}
+}
+
+// served records a request answered with entry e: done for a success, and
+// for a cached refusal the same under the refusal's own code.
+func (p *Proxy) served(ctx *fasthttp.RequestCtx, id routeID, e *cache.Entry, result int, start time.Time) {
+	if e.Status == 0 {
+		p.done(ctx, id, result, start)
+		return
+	}
+	code, _ := envelopeCode(e.Body)
+	p.metrics.CacheResult(int(id), result)
+	p.metrics.Request(int(id), p.metrics.CodeIndex(code), time.Since(start).Seconds())
+	p.access(ctx, id, result, code, start)
+}
