@@ -25,7 +25,7 @@ test: vet build
 	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing' ./proxy
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer ./tcpio
 
 bench-compare: build
 	bench/compare

@@ -153,6 +153,10 @@ type Server struct {
 	MaxHeaderBytes int           `koanf:"max_header_bytes"` // request line and headers
 	MaxURLBytes    int           `koanf:"max_url_bytes"`    // request target; longer gets 414
 	GOMAXPROCS     int           `koanf:"gomaxprocs"`       // 0 = Go's default
+	// PlainConns serves plain net.Conns with fasthttp's usual write buffer
+	// instead of the tuned connections of package tcpio (one writev per
+	// answer, raw system calls, lazy deadlines). A fallback, not a tuning.
+	PlainConns bool `koanf:"plain_conns"`
 	// MaxConns caps the connections open at once; more are refused with
 	// 503/50001. At start it is lowered, with a warning, to what the
 	// descriptor limit can hold beside admin_max_conns, upstream.max_conns

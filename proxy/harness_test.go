@@ -20,6 +20,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
+	"explorer-edge/tcpio"
 )
 
 // clock is a test clock shared by explorer-sim (chain time) and the edge
@@ -152,7 +153,11 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	}
 	h.addr = ln.Addr().String()
 	h.srv = h.p.NewServer(h.cfg.Server)
-	go h.srv.Serve(GatherListener(ln))
+	served := ln
+	if !h.cfg.Server.PlainConns {
+		served = tcpio.Listener(ln)
+	}
+	go h.srv.Serve(served)
 	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
 	t.Cleanup(func() {
 		h.srv.Shutdown()

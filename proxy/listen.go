@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/tcpio"
 )
 
 // ListenerConfig is what Listener guards a listener with.
@@ -23,13 +24,13 @@ type ListenerConfig struct {
 	Name          string // "public" or "admin": the listener label of metrics and logs
 	MaxConns      int    // connections open at once; beyond it a new one is refused; 0 = no cap
 	MaxConnsPerIP int    // connections open at once from one peer address; 0 = no cap
-	Gather        bool   // hand out gatherConns (the public listener: see GatherListener)
+	Gather        bool   // hand out tcpio.Conns (the public listener, unless server.plain_conns)
 }
 
 // PublicListener is the public listener's guard: server.max_conns and
 // server.max_conns_per_ip.
 func PublicListener(cfg config.Server) ListenerConfig {
-	return ListenerConfig{Name: "public", MaxConns: cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, Gather: true}
+	return ListenerConfig{Name: "public", MaxConns: cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, Gather: !cfg.PlainConns}
 }
 
 // concurrencySlack is how far above a listener's cap its fasthttp server's
@@ -232,7 +233,7 @@ func (l *guardedListener) refuse(c net.Conn, answer []byte) {
 	}
 }
 
-// wrap makes c give back its place when closed: a gatherConn on the public
+// wrap makes c give back its place when closed: a tcpio.Conn on the public
 // listener, a countedConn elsewhere.
 func (l *guardedListener) wrap(c net.Conn, counted netip.Addr) net.Conn {
 	tc, ok := c.(*net.TCPConn)
@@ -240,8 +241,8 @@ func (l *guardedListener) wrap(c net.Conn, counted netip.Addr) net.Conn {
 		return &countedAny{Conn: c, slot: slot{l: l, ip: counted}}
 	}
 	if l.cfg.Gather {
-		g := &gatherConn{TCPConn: tc, slot: slot{l: l, ip: counted}}
-		if g.sock.init(tc) == nil {
+		s := &slot{l: l, ip: counted}
+		if g, err := tcpio.New(tc, s.release); err == nil {
 			return g
 		}
 	}

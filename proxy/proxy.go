@@ -140,7 +140,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 		errs = append(errs, errors.New("upstream.max_conns, max_response_bytes, breaker_failures and breaker_open_for cannot change on reload; restart"))
 	}
 	if os, ns := old.cfg.Server, cfg.Server; os.ReadTimeout != ns.ReadTimeout || os.WriteTimeout != ns.WriteTimeout ||
-		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS ||
+		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS || os.PlainConns != ns.PlainConns ||
 		os.MaxConnsPerIP != ns.MaxConnsPerIP {
 		errs = append(errs, errors.New("server.* other than max_url_bytes cannot change on reload; restart"))
 	}

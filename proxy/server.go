@@ -10,15 +10,20 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/tcpio"
 )
 
 // NewServer is the public fasthttp server with the hardening of
 // server.*: timeouts that cut off slow clients, bounded headers and
 // connections, no request bodies (every route is a GET), and requests it
 // cannot read answered with envelopes. Serve it on p.Listener(ln,
-// PublicListener(cfg)) (or GatherListener(ln)): its write buffer is sized
-// for gatherConn.
+// PublicListener(cfg)): its write buffer is sized for tcpio.Conn, or
+// fasthttp's default with server.plain_conns.
 func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
+	writeBuffer := tcpio.WriteChunk // the body bypasses it: tcpio.Conn
+	if cfg.PlainConns {
+		writeBuffer = 0 // fasthttp's default
+	}
 	return &fasthttp.Server{
 		Handler:            p.Handle,
 		Name:               "explorer-edge",
@@ -27,7 +32,7 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		IdleTimeout:        cfg.IdleTimeout,
 		ErrorHandler:       p.unreadable(errHeadersTooLarge(cfg.MaxHeaderBytes)),
 		ReadBufferSize:     cfg.MaxHeaderBytes, // bounds request line + headers
-		WriteBufferSize:    writeChunk,         // the body bypasses it: gatherConn
+		WriteBufferSize:    writeBuffer,
 		MaxRequestBodySize: maxBodyBytes,
 		// The listener caps connections (Listener, server.max_conns) and
 		// refuses with an envelope; fasthttp's own cap, which answers in
@@ -35,8 +40,8 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		// the listener's slot a moment before fasthttp's worker.
 		Concurrency:       cfg.MaxConns + concurrencySlack,
 		ReduceMemoryUsage: false,
-		// Case of header names is kept as the edge sets them; saves work
-		// on every request.
+		// fasthttp normalizes the case of header names as it reads them,
+		// so a client's "svc-access-key" is found as SVC-ACCESS-KEY.
 		DisableHeaderNamesNormalizing: false,
 		NoDefaultContentType:          true,
 		CloseOnShutdown:               true,

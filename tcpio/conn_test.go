@@ -1,4 +1,4 @@
-package proxy
+package tcpio
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 )
 
 // gatherServer serves bodies of the size asked in the path ("/1234") from a
-// server set up as the public one: a writeChunk write buffer on a
+// server set up as the public one: a WriteChunk write buffer on a
 // GatherListener.
 func gatherServer(t *testing.T) string {
 	t.Helper()
@@ -24,7 +24,7 @@ func gatherServer(t *testing.T) string {
 		body[i] = byte('a' + i%26)
 	}
 	srv := &fasthttp.Server{
-		WriteBufferSize: writeChunk,
+		WriteBufferSize: WriteChunk,
 		Handler: func(ctx *fasthttp.RequestCtx) {
 			n, _ := strconv.Atoi(string(ctx.Path()[1:]))
 			ctx.Response.Header.Set("X-Size", strconv.Itoa(n))
@@ -35,7 +35,7 @@ func gatherServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(GatherListener(ln))
+	go srv.Serve(Listener(ln))
 	t.Cleanup(func() { srv.Shutdown() })
 	return ln.Addr().String()
 }
@@ -65,7 +65,7 @@ func readAnswer(t *testing.T, br *bufio.Reader, n int) {
 func TestGatherConnSendsEveryByte(t *testing.T) {
 	addr := gatherServer(t)
 	var sizes []int
-	for n := 0; n <= 3*writeChunk+64; n++ {
+	for n := 0; n <= 3*WriteChunk+64; n++ {
 		sizes = append(sizes, n)
 	}
 	sizes = append(sizes, 64<<10, 1<<20)
@@ -85,13 +85,13 @@ func TestGatherConnSendsEveryByte(t *testing.T) {
 	// Pipelined: fasthttp writes several answers before one flush.
 	var reqs bytes.Buffer
 	for _, n := range sizes[:200] {
-		fmt.Fprintf(&reqs, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", n+writeChunk-100)
+		fmt.Fprintf(&reqs, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", n+WriteChunk-100)
 	}
 	if _, err := c.Write(reqs.Bytes()); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range sizes[:200] {
-		readAnswer(t, br, n+writeChunk-100)
+		readAnswer(t, br, n+WriteChunk-100)
 	}
 
 	// An answer larger than the socket buffers (tcp_wmem's default maximum
@@ -107,7 +107,7 @@ func TestGatherConnSendsEveryByte(t *testing.T) {
 	fmt.Fprintf(slow, "GET /%d HTTP/1.1\r\nHost: x\r\n\r\n", 16<<20)
 	readAnswer(t, bufio.NewReaderSize(slow, 512), 16<<20)
 
-	for _, n := range sizes[writeChunk-400 : writeChunk+64] {
+	for _, n := range sizes[WriteChunk-400 : WriteChunk+64] {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -123,8 +123,8 @@ func TestGatherConnSendsEveryByte(t *testing.T) {
 	}
 }
 
-// gatherPair is a gatherConn and the client end of its connection.
-func gatherPair(t testing.TB) (*gatherConn, net.Conn) {
+// gatherPair is a Conn and the client end of its connection.
+func gatherPair(t testing.TB) (*Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -135,13 +135,13 @@ func gatherPair(t testing.TB) (*gatherConn, net.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := GatherListener(ln).Accept()
+	sc, err := Listener(ln).Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close(); sc.Close() })
 	client.SetDeadline(time.Now().Add(20 * time.Second))
-	return sc.(*gatherConn), client
+	return sc.(*Conn), client
 }
 
 func isTimeout(err error) bool {
@@ -237,7 +237,7 @@ func TestLazyDeadlines(t *testing.T) {
 		c.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
 		c.SetWriteDeadline(time.Now().Add(time.Minute))
 		sockets := c.wd.set
-		head := bytes.Repeat([]byte{'h'}, writeChunk)
+		head := bytes.Repeat([]byte{'h'}, WriteChunk)
 		done := make(chan error, 1)
 		go func() {
 			if _, err := c.Write(head); err != nil { // held
@@ -263,7 +263,7 @@ func TestLazyDeadlines(t *testing.T) {
 
 // BenchmarkDeadlines is the three deadline moves fasthttp makes per request
 // (the idle wait, the request, the answer), with the edge's timeouts, on a
-// plain TCP connection and on a gatherConn.
+// plain TCP connection and on a Conn.
 func BenchmarkDeadlines(b *testing.B) {
 	c, _ := gatherPair(b)
 	for _, conn := range []struct {

@@ -1,10 +1,12 @@
-package proxy
+package tcpio
 
 import (
 	"io"
 	"net"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // sock reads and writes a connection with raw system calls on its
@@ -19,7 +21,7 @@ import (
 // thread take the processor from the thread in the syscall and hand it to
 // another, after which sysmon wakes every 20 us for a while to look again:
 // 5,017 sysmon wake-ups in a 5 s wrk round against 153 with sock, and
-// 23.2 against 21.7 us of CPU per hit (README, Performance).
+// 23.2 against 21.7 us of CPU per hit (package doc).
 type sock struct {
 	raw     syscall.RawConn
 	writeFn func(fd uintptr) bool // writeSome, bound once
@@ -27,7 +29,7 @@ type sock struct {
 
 	// The write in progress, for writeSome.
 	out  [2][]byte
-	iovs [2]syscall.Iovec
+	iovs [2]unix.Iovec
 	sent int
 	werr error
 
@@ -55,7 +57,7 @@ func (s *sock) writeAll(tc *net.TCPConn, a, b []byte) (int, error) {
 	if err == nil && s.werr != nil {
 		err = &net.OpError{Op: "write", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: s.werr}
 	}
-	s.out, s.iovs = [2][]byte{}, [2]syscall.Iovec{} // keep no body alive
+	s.out, s.iovs = [2][]byte{}, [2]unix.Iovec{} // keep no body alive
 	return s.sent, err
 }
 
@@ -66,7 +68,7 @@ func (s *sock) writeSome(fd uintptr) bool {
 		n := 0
 		for _, b := range s.out {
 			if len(b) > 0 {
-				s.iovs[n] = syscall.Iovec{Base: &b[0]}
+				s.iovs[n] = unix.Iovec{Base: &b[0]}
 				s.iovs[n].SetLen(len(b))
 				n++
 			}
@@ -74,12 +76,12 @@ func (s *sock) writeSome(fd uintptr) bool {
 		if n == 0 {
 			return true
 		}
-		w, _, errno := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iovs[0])), uintptr(n))
+		w, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&s.iovs[0])), uintptr(n))
 		switch errno {
 		case 0:
-		case syscall.EINTR:
+		case unix.EINTR:
 			continue
-		case syscall.EAGAIN:
+		case unix.EAGAIN:
 			return false
 		default:
 			s.werr = errno
@@ -117,14 +119,14 @@ func (s *sock) read(tc *net.TCPConn, p []byte) (int, error) {
 // there yet (false: wait and retry).
 func (s *sock) readSome(fd uintptr) bool {
 	for {
-		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.in[0])), uintptr(len(s.in)))
+		n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&s.in[0])), uintptr(len(s.in)))
 		switch errno {
 		case 0:
 			s.got = int(n)
 			return true
-		case syscall.EINTR:
+		case unix.EINTR:
 			continue
-		case syscall.EAGAIN:
+		case unix.EAGAIN:
 			return false
 		default:
 			s.rerr = errno

@@ -1,4 +1,25 @@
-package proxy
+// Package tcpio is the edge's TCP tuning of the public listener, kept in
+// one place because it is the one part of the edge that reaches under the
+// standard library. It exists for what it measured on a 2-core host under
+// wrk (README Performance, make bench-compare):
+//
+//   - One write per answer (Conn): fasthttp's 1 KB write buffer holds the
+//     headers and the start of the body, and the rest of the body leaves
+//     with it in one writev, straight from the cache entry, never copied
+//     through the buffer. An idle keep-alive connection holds 16 KiB
+//     whatever the size of its last answer (45.9 KiB with fasthttp's usual
+//     32 KB buffer after a 48 KB answer: bench/idleconns).
+//   - Raw system calls (sock_linux.go): reads and writes that do not enter
+//     the scheduler's syscall state; 5,017 sysmon wake-ups in a 5 s round
+//     against 153, 23.2 against 21.7 us of CPU per hit.
+//   - Lazy deadlines (lazyDeadline): fasthttp moves them three times per
+//     request; the socket is told only when one comes earlier (581-636 ns
+//     against 230-318 ns for the three moves, BenchmarkDeadlines).
+//
+// server.plain_conns turns all of it off: the edge then serves plain
+// net.Conns with fasthttp's default write buffer, which is the first thing
+// to try if a kernel or a Go release ever disagrees with it.
+package tcpio
 
 import (
 	"errors"
@@ -9,39 +30,43 @@ import (
 	"time"
 )
 
-// writeChunk is the size of fasthttp's response write buffer on the public
-// listener. It holds the status line and headers of an answer (about 350
-// bytes on a hit) and the start of the body; the rest of the body does not
-// pass through it (see gatherConn).
-const writeChunk = 1024
+// WriteChunk is the size of fasthttp's response write buffer on a server
+// that serves Conns. It holds the status line and headers of an answer
+// (about 350 bytes on a hit) and the start of the body; the rest of the
+// body does not pass through it.
+const WriteChunk = 1024
 
-// gatherListener hands fasthttp gatherConns.
-type gatherListener struct{ net.Listener }
+type listener struct{ net.Listener }
 
-// GatherListener wraps the public listener so that an answer larger than
-// the write buffer leaves in one writev from the stored body, with no copy
-// of the body through fasthttp's buffer (see gatherConn).
-func GatherListener(ln net.Listener) net.Listener { return gatherListener{ln} }
+// Listener hands out Conns for the TCP connections ln accepts; serve it
+// from a fasthttp server with WriteBufferSize WriteChunk.
+func Listener(ln net.Listener) net.Listener { return listener{ln} }
 
-func (l gatherListener) Accept() (net.Conn, error) {
+func (l listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return c, nil
+	if tc, ok := c.(*net.TCPConn); ok {
+		if g, err := New(tc, nil); err == nil {
+			return g, nil
+		}
 	}
-	g := &gatherConn{TCPConn: tc}
-	if err := g.sock.init(tc); err != nil {
-		return c, nil
-	}
-	return g, nil
+	return c, nil
 }
 
-// gatherConn joins the writes of one answer into one system call without
+// New wraps tc; onClose, if not nil, runs after the first Close.
+func New(tc *net.TCPConn, onClose func()) (*Conn, error) {
+	c := &Conn{TCPConn: tc, onClose: onClose}
+	if err := c.sock.init(tc); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Conn joins the writes of one answer into one system call without
 // copying the body. fasthttp writes an answer through a bufio.Writer of
-// writeChunk bytes: the headers and the start of the body fill it, the
+// WriteChunk bytes: the headers and the start of the body fill it, the
 // Writer flushes it full, then hands the rest of the body straight to the
 // connection. A write of exactly a full chunk is therefore held (copied,
 // 1 KB) and sent with the next write as one writev; whatever else comes
@@ -63,10 +88,11 @@ func (l gatherListener) Accept() (net.Conn, error) {
 // and WriteTo are redefined so that nothing reaches the socket around the
 // held bytes. mu orders the held bytes against a Close from another
 // goroutine (fasthttp's Shutdown closes idle connections).
-type gatherConn struct {
+type Conn struct {
 	*net.TCPConn
 	sock      // the system calls: writeAll and read
-	slot slot // its place in a guarded listener's counts (Listener); zero from GatherListener
+	onClose   func()
+	closeOnce sync.Once
 
 	rd lazyDeadline // the read goroutine's own
 
@@ -75,10 +101,10 @@ type gatherConn struct {
 	wd   lazyDeadline
 }
 
-func (c *gatherConn) Write(p []byte) (int, error) {
+func (c *Conn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.held) == 0 && len(p) == writeChunk {
+	if len(c.held) == 0 && len(p) == WriteChunk {
 		c.held = append(c.held[:0], p...)
 		return len(p), nil
 	}
@@ -89,7 +115,7 @@ func (c *gatherConn) Write(p []byte) (int, error) {
 }
 
 // flush sends held bytes on their own.
-func (c *gatherConn) flush() error {
+func (c *Conn) flush() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.held) == 0 {
@@ -101,7 +127,7 @@ func (c *gatherConn) flush() error {
 }
 
 // send writes a then b, whole, under the write deadline; c.mu is held.
-func (c *gatherConn) send(a, b []byte) (int, error) {
+func (c *Conn) send(a, b []byte) (int, error) {
 	sent := 0
 	for {
 		n, err := c.writeAll(c.TCPConn, a, b)
@@ -117,7 +143,7 @@ func (c *gatherConn) send(a, b []byte) (int, error) {
 	}
 }
 
-func (c *gatherConn) Read(p []byte) (int, error) {
+func (c *Conn) Read(p []byte) (int, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
@@ -133,14 +159,14 @@ func (c *gatherConn) Read(p []byte) (int, error) {
 }
 
 // SetReadDeadline, like Read, belongs to the connection's goroutine.
-func (c *gatherConn) SetReadDeadline(t time.Time) error {
+func (c *Conn) SetReadDeadline(t time.Time) error {
 	if !c.rd.move(t) {
 		return nil
 	}
 	return c.TCPConn.SetReadDeadline(t)
 }
 
-func (c *gatherConn) SetWriteDeadline(t time.Time) error {
+func (c *Conn) SetWriteDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.wd.move(t) {
@@ -149,7 +175,7 @@ func (c *gatherConn) SetWriteDeadline(t time.Time) error {
 	return c.TCPConn.SetWriteDeadline(t)
 }
 
-func (c *gatherConn) SetDeadline(t time.Time) error {
+func (c *Conn) SetDeadline(t time.Time) error {
 	return errors.Join(c.SetReadDeadline(t), c.SetWriteDeadline(t))
 }
 
@@ -189,28 +215,30 @@ func (d *lazyDeadline) early(err error) bool {
 	return true
 }
 
-func (c *gatherConn) Close() error {
+func (c *Conn) Close() error {
 	c.flush() // best effort: the peer may be gone
 	err := c.TCPConn.Close()
-	c.slot.release()
+	if c.onClose != nil {
+		c.closeOnce.Do(c.onClose)
+	}
 	return err
 }
 
-func (c *gatherConn) CloseWrite() error {
+func (c *Conn) CloseWrite() error {
 	if err := c.flush(); err != nil {
 		return err
 	}
 	return c.TCPConn.CloseWrite()
 }
 
-func (c *gatherConn) ReadFrom(r io.Reader) (int64, error) {
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
 	return c.TCPConn.ReadFrom(r)
 }
 
-func (c *gatherConn) WriteTo(w io.Writer) (int64, error) {
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
