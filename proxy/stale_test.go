@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"explorer-edge/config"
 	"explorer-edge/sim"
 )
 
@@ -80,6 +81,32 @@ func TestStaleHotKeyCostsOneRefresh(t *testing.T) {
 				t.Fatalf("%d upstream calls for one stale key, want 1", calls)
 			}
 			h.sim.ClearFaults()
+		})
+	}
+}
+
+// TestRetriesByCause: a timeout, a 5xx or a dropped connection may pass on
+// another attempt; an answer that came malformed or truncated would come
+// again the same, and is not retried (it was: the retry looked at the 502
+// the edge answers, which those share with a 5xx).
+func TestRetriesByCause(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		fault sim.Faults
+		calls int64
+	}{
+		{"malformed", sim.Faults{Malformed: 1}, 1},
+		{"truncated", sim.Faults{Truncated: 1}, 1},
+		{"5xx", sim.Faults{HTTP500: 1}, 3},
+		{"dropped", sim.Faults{Drop: 1}, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, func(cfg *config.Config, _ *sim.Config) { cfg.Upstream.Retries = 2 })
+			h.sim.SetFaults(c.fault)
+			r := h.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=2")
+			if r.status != 502 || h.upstreamCalls() != c.calls {
+				t.Fatalf("%s: %d, %d upstream calls; want 502 after %d", c.name, r.status, h.upstreamCalls(), c.calls)
+			}
 		})
 	}
 }

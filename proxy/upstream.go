@@ -154,11 +154,7 @@ func (u *upstream) fetch(s *settings, r *route, target string, haveStale, backgr
 		if err == nil {
 			return status, body, nil
 		}
-		var e *Error
-		// An answer too large is as large again: not retried.
-		retryable := errors.As(err, &e) && e.reason != errTooLarge.reason &&
-			(e.Status == 502 || e.Status == 504 || e.reason == "unreachable")
-		if !retryable || attempt >= cfg.Retries {
+		if !retryable(err) || attempt >= cfg.Retries {
 			return 0, nil, err
 		}
 		backoff := jitter(cfg.RetryBackoff << attempt)
@@ -168,6 +164,23 @@ func (u *upstream) fetch(s *settings, r *route, target string, haveStale, backgr
 		u.log.Debug("upstream retry", "route", r.name, "attempt", attempt+1, "backoff", backoff, "err", err)
 		time.Sleep(backoff)
 	}
+}
+
+// retryable says whether another attempt may fare better, by the cause of
+// the failure: a timeout, an unreachable upstream, a 5xx or a broken
+// connection may pass; an answer that came malformed or too large would
+// come again the same, and a 429 or a spent budget is not the upstream
+// failing.
+func retryable(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.reason {
+	case errTimeout.reason, errUnreachable.reason, errBadGateway.reason:
+		return true
+	}
+	return false
 }
 
 // take draws one token for an attempt, or says why it may not go.
