@@ -265,15 +265,17 @@ func Load(path string) (Config, error) {
 }
 
 // Check is Load and Validate: every problem of both, one a line (a value
-// that could not be read is not validated again).
+// that could not be read is not validated again). On error the Config is
+// what could be read, over the defaults, for a caller that wants its log
+// settings to report the error with.
 func Check(path string) (Config, error) {
 	cfg, src, probs, err := load(path)
 	if err != nil {
-		return Config{}, errors.New(Redact(err.Error()))
+		return Default(), errors.New(Redact(err.Error()))
 	}
 	probs = append(probs, probs.validate(&cfg, src)...)
 	if len(probs) > 0 {
-		return Config{}, probs.err(cfg.secrets())
+		return cfg, probs.err(cfg.secrets())
 	}
 	return cfg, nil
 }
