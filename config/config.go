@@ -54,14 +54,6 @@ type Upstream struct {
 	APIKey     string        `koanf:"api_key"`    // edge's own credentials; every upstream request is re-signed
 	SecretKey  string        `koanf:"secret_key"` // never logged
 	Passphrase string        `koanf:"passphrase"` // never logged
-	// Each secret can instead be read from a file (a mounted Kubernetes
-	// Secret, a Docker secret): its whole content, trailing newline
-	// trimmed, read at start and again on every reload. A key and its
-	// _file set in the same place are an error; the environment's wins
-	// over the file's.
-	APIKeyFile     string `koanf:"api_key_file"`
-	SecretKeyFile  string `koanf:"secret_key_file"`
-	PassphraseFile string `koanf:"passphrase_file"`
 	Timeout    time.Duration `koanf:"timeout"`    // one upstream attempt
 	Rate       float64       `koanf:"rate"`       // quota in requests per second, whole fleet
 	Burst      int           `koanf:"burst"`      // bucket size
@@ -75,6 +67,15 @@ type Upstream struct {
 	RetryMaxTime     time.Duration `koanf:"retry_max_time"`     // bound on all attempts of one call
 	BreakerFailures  int           `koanf:"breaker_failures"`   // consecutive failures that open the breaker
 	BreakerOpenFor   time.Duration `koanf:"breaker_open_for"`   // how long it stays open before a probe
+
+	// Each secret can instead be read from a file (a mounted Kubernetes
+	// Secret, a Docker secret): its whole content, trailing newline
+	// trimmed, read at start and again on every reload. A key and its
+	// _file set in the same place are an error; the environment's wins
+	// over the file's.
+	APIKeyFile     string `koanf:"api_key_file"`
+	SecretKeyFile  string `koanf:"secret_key_file"`
+	PassphraseFile string `koanf:"passphrase_file"`
 }
 
 // Client is one frontend allowed in when auth.mode is "signed".
@@ -85,6 +86,7 @@ type Client struct {
 	Passphrase string  `koanf:"passphrase"`
 	Rate       float64 `koanf:"rate"`  // requests per second; 0 = no limit
 	Burst      int     `koanf:"burst"` // bucket size
+
 	// Files holding the credentials instead, as upstream.*_file.
 	APIKeyFile     string `koanf:"api_key_file"`
 	SecretKeyFile  string `koanf:"secret_key_file"`
@@ -181,10 +183,6 @@ type Shared struct {
 	RedisAddr     string        `koanf:"redis_addr"` // empty: single node; "host:port" (comma-separated for a cluster)
 	RedisUsername string        `koanf:"redis_username"`
 	RedisPassword string        `koanf:"redis_password"` // never logged
-	// Files holding the Redis username and password instead, as
-	// upstream.*_file. A changed one needs a restart, as shared.* does.
-	RedisUsernameFile string `koanf:"redis_username_file"`
-	RedisPasswordFile string `koanf:"redis_password_file"`
 	RedisTLS      bool          `koanf:"redis_tls"`
 	RedisCluster  bool          `koanf:"redis_cluster"`
 	Timeout       time.Duration `koanf:"timeout"`   // bound on any Redis round trip; past it a node goes on alone
@@ -195,6 +193,11 @@ type Shared struct {
 	// spend on its own while Redis is down, 0 < x <= 1. The default, 0.34,
 	// keeps a fleet of three within the quota; set about 1/N for N nodes.
 	LocalShare float64 `koanf:"local_share"`
+
+	// Files holding the Redis username and password instead, as
+	// upstream.*_file. A changed one needs a restart, as shared.* does.
+	RedisUsernameFile string `koanf:"redis_username_file"`
+	RedisPasswordFile string `koanf:"redis_password_file"`
 }
 
 // Default is the configuration before any file or environment.

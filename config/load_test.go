@@ -69,7 +69,7 @@ func TestDurationWithoutUnitIsRefused(t *testing.T) {
 
 // TestDecodeErrorsListEveryProblem: a file with several bad values gets one
 // line per problem, each naming the file and the key path (never the top
-// level as ''), the value and what was expected; a value set from the
+// level as ”), the value and what was expected; a value set from the
 // environment names its variable instead of the file.
 func TestDecodeErrorsListEveryProblem(t *testing.T) {
 	path := writeConfig(t, `upstream:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +122,8 @@ func decodeProblems(prefix string, err error, src sources) problems {
 		out = append(out, problem{source: src.of(key), key: key, msg: valueProblem(key, de.Unwrap())})
 	}
 	walk(err)
+	// mapstructure walks a map (cache.ttl) in Go's random order.
+	slices.SortStableFunc(out, func(a, b problem) int { return strings.Compare(a.key, b.key) })
 	return out
 }
 
