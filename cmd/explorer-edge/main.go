@@ -57,11 +57,11 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {
-		logFatal(cfg.Log, stderr, "configuration refused", err)
+		logFatal(cfg.Log, stderr, err, true)
 		return 1
 	}
 	if err := run(cfg, *path, stderr, nil); err != nil {
-		logFatal(cfg.Log, stderr, "explorer-edge stopped", err)
+		logFatal(cfg.Log, stderr, err, false)
 		return 1
 	}
 	return 0

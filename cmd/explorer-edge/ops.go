@@ -82,20 +82,20 @@ func logStart(log *slog.Logger, cfg *config.Config) {
 	}
 }
 
-// logFatal logs why the edge cannot start or stopped, with the logger the
-// configuration asks for (JSON unless log.format is text), then main exits
-// 1. A configuration's problems go as a list.
-func logFatal(cfg config.Log, w io.Writer, msg string, err error) {
+// logFatal logs why the edge cannot start (a configuration's problems, as
+// a list) or why it stopped, with the logger the configuration asks for
+// (JSON unless log.format is text); main then exits 1.
+func logFatal(cfg config.Log, w io.Writer, err error, refused bool) {
 	if cfg.Format != "text" {
 		cfg.Format = "json"
 	}
 	log := newLogger(cfg, new(slog.LevelVar), w)
 	text := config.Redact(err.Error())
-	if lines := strings.Split(text, "\n"); msg == "configuration refused" && len(lines) > 1 {
-		log.Error(msg, "problems", lines)
+	if refused {
+		log.Error("configuration refused", "problems", strings.Split(text, "\n"))
 		return
 	}
-	log.Error(msg, "err", text)
+	log.Error("explorer-edge stopped", "err", text)
 }
 
 // secondsAttr writes a duration in JSON logs as seconds, a float, as
@@ -116,10 +116,12 @@ const healthcheckTimeout = 3 * time.Second
 // admin_listen, exit 0 on 200 and 1 otherwise. distroless has no shell and
 // no curl; the edge asks itself.
 func healthcheck(path string, stdout, stderr io.Writer) int {
-	cfg, err := config.Load(path)
+	// A file broken since the start (an edit not yet reloaded) does not
+	// make a serving edge unhealthy: what could be read of it, over the
+	// defaults, still says where the admin port is.
+	cfg, err := config.Check(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		fmt.Fprintf(stderr, "config problems (the running edge keeps its own):\n%v\n", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), healthcheckTimeout)
 	defer cancel()

@@ -193,6 +193,14 @@ func TestHealthcheck(t *testing.T) {
 	if rc := cli([]string{"-config", e.path, "-healthcheck"}, &out, &out); rc != 0 {
 		t.Fatalf("ready edge: exit %d\n%s", rc, out.String())
 	}
+	// The file broken since (an edit not reloaded): the edge still serves,
+	// and is healthy.
+	good, _ := os.ReadFile(e.path)
+	e.write(string(good) + "nope: 1\n")
+	out.Reset()
+	if rc := cli([]string{"-config", e.path, "-healthcheck"}, &out, &out); rc != 0 || !strings.Contains(out.String(), "nope: unknown key") {
+		t.Fatalf("ready edge, broken file: exit %d\n%s", rc, out.String())
+	}
 	e.once.Do(func() { close(e.stop) })
 	<-e.done
 	out.Reset()
@@ -374,7 +382,7 @@ func TestLogsInJSON(t *testing.T) {
 		t.Fatalf("exit %d", rc)
 	}
 	lines := stderr.Lines(t, "")
-	if len(lines) != 1 || lines[0]["level"] != "ERROR" {
+	if len(lines) != 1 || lines[0]["level"] != "ERROR" || lines[0]["msg"] != "configuration refused" {
 		t.Fatalf("refused config logged as:\n%s", stderr.String())
 	}
 	probs, _ := lines[0]["problems"].([]any)
