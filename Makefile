@@ -2,11 +2,21 @@
 # shipped config.yaml; Ctrl-C stops both. `make test` is everything CI runs.
 GO ?= go
 BIN := bin
+# The build's name, in -version, explorer_edge_build_info and the start log.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
+IMAGE ?= explorer-edge:$(VERSION)
 
-.PHONY: build run test vet bench bench-compare bench-replay fuzz fuzz-ci soak clean
+.PHONY: build image run test vet bench bench-compare bench-replay fuzz fuzz-ci soak clean
 
 build:
-	$(GO) build -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
+
+# The container image, named and labelled with the same version.
+image:
+	docker build -t $(IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 
 run: build
 	@trap 'kill $$sim $$edge 2>/dev/null; wait' INT TERM EXIT; \

@@ -72,6 +72,15 @@ type Upstream struct {
 	// with Retry-After: no call leaves before min(Retry-After,
 	// max_retry_after). A reload ends a lock-out.
 	MaxRetryAfter time.Duration `koanf:"max_retry_after"`
+
+	// Each secret can instead be read from a file (a mounted Kubernetes
+	// Secret, a Docker secret): its whole content, trailing newline
+	// trimmed, read at start and again on every reload. A key and its
+	// _file set in the same place are an error; the environment's wins
+	// over the file's.
+	APIKeyFile     string `koanf:"api_key_file"`
+	SecretKeyFile  string `koanf:"secret_key_file"`
+	PassphraseFile string `koanf:"passphrase_file"`
 }
 
 // Client is one frontend allowed in when auth.mode is "signed".
@@ -82,6 +91,11 @@ type Client struct {
 	Passphrase string  `koanf:"passphrase"`
 	Rate       float64 `koanf:"rate"`  // requests per second; 0 = no limit
 	Burst      int     `koanf:"burst"` // bucket size
+
+	// Files holding the credentials instead, as upstream.*_file.
+	APIKeyFile     string `koanf:"api_key_file"`
+	SecretKeyFile  string `koanf:"secret_key_file"`
+	PassphraseFile string `koanf:"passphrase_file"`
 }
 
 // Auth decides who may call the edge.
@@ -197,6 +211,11 @@ type Shared struct {
 	// spend on its own while Redis is down, 0 < x <= 1. The default, 0.34,
 	// keeps a fleet of three within the quota; set about 1/N for N nodes.
 	LocalShare float64 `koanf:"local_share"`
+
+	// Files holding the Redis username and password instead, as
+	// upstream.*_file. A changed one needs a restart, as shared.* does.
+	RedisUsernameFile string `koanf:"redis_username_file"`
+	RedisPasswordFile string `koanf:"redis_password_file"`
 }
 
 // Default is the configuration before any file or environment.
@@ -252,45 +271,85 @@ func Default() Config {
 }
 
 // Load reads defaults, then the YAML file at path (skipped when path is
-// empty), then EDGE_* environment variables. It does not validate. Its
-// errors are redacted (see Redact).
+// empty), then EDGE_* environment variables, then the files of *_file keys.
+// It does not validate (Check does). Its error lists every problem, one a
+// line, each naming where the value came from (the file, or the variable
+// that set it) and its key path; it is redacted (see Redact). EDGE_*
+// variables that name no key are left out (IgnoredEnv names them).
 func Load(path string) (Config, error) {
-	cfg, err := load(path)
+	cfg, _, probs, err := load(path)
 	if err != nil {
 		return Config{}, errors.New(Redact(err.Error()))
+	}
+	if len(probs) > 0 {
+		return Config{}, probs.err(cfg.secrets())
 	}
 	return cfg, nil
 }
 
-func load(path string) (Config, error) {
-	k := koanf.New(".")
-	if path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
-			return Config{}, fmt.Errorf("config %s: %w", path, err)
-		}
-	}
-	// EDGE_UPSTREAM__SECRET_KEY -> upstream.secret_key.
-	// Client credentials (EDGE_AUTH__CLIENTS__<NAME>__...) address a list
-	// item by name; applyClientEnv handles them.
-	err := k.Load(env.Provider("EDGE_", ".", func(s string) string {
-		if strings.HasPrefix(s, "EDGE_AUTH__CLIENTS__") {
-			return ""
-		}
-		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, "EDGE_")), "__", ".")
-	}), nil)
+// Check is Load and Validate: every problem of both, one a line (a value
+// that could not be read is not validated again). On error the Config is
+// what could be read, over the defaults, for a caller that wants its log
+// settings to report the error with.
+func Check(path string) (Config, error) {
+	cfg, src, probs, err := load(path)
 	if err != nil {
-		return Config{}, err
+		return Default(), errors.New(Redact(err.Error()))
 	}
-	return decode(k)
+	probs = append(probs, probs.validate(&cfg, src)...)
+	if len(probs) > 0 {
+		return cfg, probs.err(cfg.secrets())
+	}
+	return cfg, nil
 }
 
-// Parse is Load for YAML held in memory (tests, -check-config of stdin).
+// load is Load before its problems are formatted: the configuration as far
+// as it decoded, where each value came from, and the problems. err is a
+// file that cannot be read or parsed.
+func load(path string) (Config, sources, problems, error) {
+	k := koanf.New(".")
+	src := sources{file: path, env: map[string]string{}}
+	if path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return Config{}, src, nil, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	// EDGE_UPSTREAM__SECRET_KEY -> upstream.secret_key. Variables that
+	// name no key are skipped (IgnoredEnv): the kubelet sets EDGE_PORT and
+	// the like for a Service named edge. Client credentials
+	// (EDGE_AUTH__CLIENTS__<NAME>__...) address a list item by name;
+	// applyClientEnv handles them.
+	err := k.Load(env.ProviderWithValue("EDGE_", ".", func(name, value string) (string, any) {
+		key, ok := envKey(name)
+		if !ok {
+			return "", nil
+		}
+		src.env[key] = name
+		return key, value
+	}), nil)
+	if err != nil {
+		return Config{}, src, nil, err
+	}
+	cfg, probs := decode(k, src)
+	for key, name := range applyClientEnv(&cfg) {
+		src.env[key] = name
+	}
+	probs = append(probs, readSecretFiles(&cfg, src)...)
+	return cfg, src, probs, nil
+}
+
+// Parse is Load for YAML held in memory (tests, fuzzing), without the
+// environment and without reading the files of *_file keys.
 func Parse(yamlText []byte) (Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(rawBytes(yamlText), yaml.Parser()); err != nil {
 		return Config{}, err
 	}
-	return decode(k)
+	cfg, probs := decode(k, sources{file: "config"})
+	if len(probs) > 0 {
+		return Config{}, probs.err(cfg.secrets())
+	}
+	return cfg, nil
 }
 
 type rawBytes []byte
@@ -298,7 +357,10 @@ type rawBytes []byte
 func (b rawBytes) ReadBytes() ([]byte, error)    { return b, nil }
 func (b rawBytes) Read() (map[string]any, error) { return nil, errors.New("not supported") }
 
-func decode(k *koanf.Koanf) (Config, error) {
+// decode turns what k holds into a Config over the defaults. It goes on
+// past a value it cannot read, so that every problem is listed; such a
+// value keeps its default.
+func decode(k *koanf.Koanf, src sources) (Config, problems) {
 	cfg := Default()
 	// TTL overrides merge field by field into the defaults; decode them apart.
 	overrides := map[string]cache.TTLs{}
@@ -311,27 +373,30 @@ func decode(k *koanf.Koanf) (Config, error) {
 	dc := func(out any) *mapstructure.DecoderConfig {
 		return &mapstructure.DecoderConfig{
 			DecodeHook: mapstructure.ComposeDecodeHookFunc(
-				mapstructure.StringToTimeDurationHookFunc(),
+				durationHook,
 				mapstructure.StringToSliceHookFunc(",")),
+			// The environment's values are all strings: "7.5" must read as
+			// a number. Durations are the exception (durationHook).
 			WeaklyTypedInput: true,
 			ErrorUnused:      true, // unknown keys are an error
 			TagName:          "koanf",
 			Result:           out,
 		}
 	}
+	var probs problems
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{DecoderConfig: dc(&cfg)}); err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
+		probs = append(probs, decodeProblems("", err, src)...)
 	}
 	if err := decodeInto(ttlRaw, &overrides, dc); err != nil {
-		return Config{}, fmt.Errorf("config cache.ttl: %w", err)
+		probs = append(probs, decodeProblems("cache.ttl", err, src)...)
 	}
 	if err := decodeWindows(swrRaw, &cfg.Cache.StaleWhileRevalidate, dc); err != nil {
-		return Config{}, fmt.Errorf("config cache.stale_while_revalidate: %w", err)
+		probs = append(probs, decodeProblems("cache.stale_while_revalidate", err, src)...)
 	}
 	if clientsRaw != nil {
 		cfg.Auth.Clients = nil
 		if err := decodeInto(clientsRaw, &cfg.Auth.Clients, dc); err != nil {
-			return Config{}, fmt.Errorf("config auth.clients: %w", err)
+			probs = append(probs, decodeProblems("auth.clients", err, src)...)
 		}
 	}
 	for route, o := range overrides {
@@ -349,8 +414,7 @@ func decode(k *koanf.Koanf) (Config, error) {
 		}
 		cfg.Cache.TTL[route] = t
 	}
-	applyClientEnv(&cfg)
-	return cfg, nil
+	return cfg, probs
 }
 
 // decodeWindows reads a per-class map into w, over its defaults, or a
@@ -360,7 +424,7 @@ func decodeWindows(raw any, w *Windows, dc func(any) *mapstructure.DecoderConfig
 		return decodeInto(raw, w, dc)
 	}
 	var d struct {
-		D time.Duration `koanf:"d"`
+		D time.Duration `koanf:"d"` // decodeProblems names it by its section
 	}
 	if err := decodeInto(map[string]any{"d": raw}, &d, dc); err != nil {
 		return err
@@ -382,33 +446,22 @@ func decodeInto(raw any, out any, dc func(any) *mapstructure.DecoderConfig) erro
 
 // applyClientEnv sets client secrets from the environment, so none has to
 // live in a file: EDGE_AUTH__CLIENTS__<NAME>__SECRET_KEY (and __API_KEY,
-// __PASSPHRASE) for the client named <name> (case-insensitive).
-func applyClientEnv(cfg *Config) {
+// __PASSPHRASE, and each with _FILE) for the client named <name>
+// (case-insensitive). It returns the keys it set (auth.clients[i].api_key)
+// with the variable that set each.
+func applyClientEnv(cfg *Config) map[string]string {
+	set := map[string]string{}
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
-		rest, ok := strings.CutPrefix(name, "EDGE_AUTH__CLIENTS__")
+		i, field, ok := clientEnv(cfg, name)
 		if !ok {
 			continue
 		}
-		client, field, ok := strings.Cut(rest, "__")
-		if !ok {
-			continue
-		}
-		for i := range cfg.Auth.Clients {
-			c := &cfg.Auth.Clients[i]
-			if !strings.EqualFold(c.Name, client) {
-				continue
-			}
-			switch field {
-			case "API_KEY":
-				c.APIKey = value
-			case "SECRET_KEY":
-				c.SecretKey = value
-			case "PASSPHRASE":
-				c.Passphrase = value
-			}
-		}
+		c := &cfg.Auth.Clients[i]
+		*clientField(c, field) = value
+		set[fmt.Sprintf("auth.clients[%d].%s", i, field)] = name
 	}
+	return set
 }
 
 // routeNames are the names cache.ttl may use: the routes of the proxy's table.
@@ -460,7 +513,7 @@ func (c *Config) Validate() error {
 		bad("upstream.base_url: %q must be http(s)://host[:port][/prefix] without a query", u.BaseURL)
 	}
 	if u.APIKey == "" || u.SecretKey == "" || u.Passphrase == "" {
-		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY etc.)")
+		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY, or secret_key_file naming a file, etc.)")
 	}
 	positive("upstream.timeout", u.Timeout)
 	if u.Rate <= 0 {

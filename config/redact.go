@@ -46,9 +46,12 @@ func redact(s string, secrets []string) string {
 }
 
 // secretName tells whether a key (a koanf tag or an environment variable)
-// holds a secret.
+// holds a secret. A *_file key holds the path of one, which is not.
 func secretName(name string) bool {
 	name = strings.ToLower(name)
+	if strings.HasSuffix(name, "_file") {
+		return false
+	}
 	for _, s := range []string{"secret", "passphrase", "password", "token"} {
 		if strings.Contains(name, s) {
 			return true

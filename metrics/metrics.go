@@ -219,6 +219,17 @@ func (m *Metrics) RegisterShared() {
 	}
 }
 
+// BuildInfo registers explorer_edge_build_info{version,revision,goversion},
+// always 1: which build a process runs, for dashboards and for joining
+// onto other series (Prometheus' own *_build_info convention).
+func (m *Metrics) BuildInfo(version, revision, goVersion string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
+		Help: "Always 1; the labels name the running build: version (git describe), revision (commit) and goversion."},
+		[]string{"version", "revision", "goversion"})
+	g.WithLabelValues(version, revision, goVersion).Set(1)
+	m.Registry.MustRegister(g)
+}
+
 // BudgetTokens registers the gauge of tokens left in the upstream bucket,
 // read at scrape time.
 func (m *Metrics) BudgetTokens(f func() float64) {

@@ -38,6 +38,9 @@ func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code st
 
 // logAccess names what the edge decided, never what the client sent: no
 // header, query or credential, and the client only by its configured name.
+// The client's address is the one admission limits (behind
+// auth.trusted_proxies, the one X-Forwarded-For names); request_id is the
+// answer's X-Request-Id, the client's own or the edge's.
 func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
@@ -46,15 +49,18 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code
 	if result != noResult {
 		cache = metrics.ResultName(result)
 	}
-	attrs := make([]slog.Attr, 0, 6)
+	s := p.settings.Load()
+	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
 		slog.String("route", id.String()),
 		slog.Int("status", ctx.Response.StatusCode()),
 		slog.String("code", code),
 		slog.String("cache", cache),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		slog.String("client_ip", s.auth.clientIP(ctx).String()),
+		slog.String("request_id", string(ctx.Response.Header.PeekBytes(hdrRequestID))),
 	)
-	if c := p.settings.Load().auth.clientOf(&ctx.Request.Header); c != nil {
+	if c := s.auth.clientOf(&ctx.Request.Header); c != nil {
 		attrs = append(attrs, slog.String("client", c.name))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)

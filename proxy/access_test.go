@@ -144,6 +144,7 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 		{"gzip with weights, CORS origin", []string{"https://a.example", "https://app.example"},
 			[]string{"Accept-Encoding", "br;q=1.0, gzip;q=0.8, *;q=0.1", "Origin", "https://app.example"}},
 		{"CORS any, If-None-Match", []string{"*"}, []string{"Origin", "https://x.example", "If-None-Match", `"0000000000000000"`}},
+		{"the client's X-Request-Id", nil, []string{"X-Request-Id", "0f8e2c4a-7b1d-4e9a-9c3f-5a6b7c8d9e0f"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, withCORS(c.origins...))
@@ -165,6 +166,9 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 			}
 			if len(c.origins) > 0 && len(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) == 0 {
 				t.Fatalf("no CORS header on the hit")
+			}
+			if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
+				t.Fatalf("no X-Request-Id on the hit")
 			}
 		})
 	}

@@ -74,11 +74,13 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
 		}
 	}
+	fromShared := 0 // items found in the shared tier, not Ristretto
 	if len(shared) > 0 {
 		for j, e := range p.tier.GetMany(shared, now) {
 			if e != nil {
 				p.cache.Set(e, now)
 				items[sharedIdx[j]] = e
+				fromShared++
 			}
 		}
 	}
@@ -148,6 +150,8 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		result, st = metrics.ResultStaleError, staleErrorStatus(fetchErr)
 	case len(need) == 0 && len(stale) > 0:
 		result, st = metrics.ResultStale, statusStaleRevalidate
+	case len(need) == 0 && fromShared > 0:
+		result, st = metrics.ResultHit, statusSharedHit // as a whole key's answer from Redis says
 	case len(need) == 0:
 		result, st = metrics.ResultHit, statusHit
 	case fromCache > 0:

@@ -63,6 +63,8 @@ type Proxy struct {
 	bg         sync.WaitGroup
 
 	repeats repeats // sampling of the lines clients can repeat
+
+	ids requestIDs // X-Request-Id of requests that came without one
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -91,6 +93,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
+	p.ids.init()
 	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Budget); err != nil {
 		return nil, err
 	}
@@ -223,6 +226,7 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
 	}
+	p.requestID(ctx)
 	if e := framingError(&ctx.Request.Header); e != nil {
 		p.refuseFraming(ctx, start, e)
 		return

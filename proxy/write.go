@@ -220,7 +220,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 	if !errors.As(err, &e) {
 		e = errBadGateway.with(err, 0)
 	}
-	ctx.Response.Reset()
+	resetResponse(ctx)
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)

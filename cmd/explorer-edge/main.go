@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,45 +31,63 @@ import (
 	"explorer-edge/proxy"
 )
 
-func main() {
-	path := flag.String("config", "config.yaml", "configuration file (YAML); EDGE_* environment variables override it")
-	check := flag.Bool("check-config", false, "validate the configuration, list every problem, exit 0 or 1")
-	flag.Parse()
+func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 
-	if *check {
-		os.Exit(checkConfig(*path, os.Stdout, os.Stderr))
+// cli is the command line: it returns the exit status. A start that fails
+// is logged by the logger the configuration asks for (JSON by default),
+// as everything else the edge says.
+func cli(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("explorer-edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "config.yaml", "configuration file (YAML); EDGE_* environment variables override it")
+	check := fs.Bool("check-config", false, "validate the configuration, list every problem, exit 0 or 1")
+	health := fs.Bool("healthcheck", false, "ask /readyz on the configuration's admin_listen: exit 0 when ready, 1 when not (a container HEALTHCHECK)")
+	version := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	switch {
+	case *version:
+		printVersion(stdout)
+		return 0
+	case *health:
+		return healthcheck(*path, stdout, stderr)
+	case *check:
+		return checkConfig(*path, stdout, stderr)
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		logFatal(cfg.Log, stderr, err, true)
+		return 1
 	}
-	if err := run(cfg, *path, os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "explorer-edge:", config.Redact(err.Error()))
-		os.Exit(1)
+	if err := run(cfg, *path, stderr, nil); err != nil {
+		logFatal(cfg.Log, stderr, err, false)
+		return 1
 	}
+	return 0
 }
 
 // checkConfig is -check-config: every problem of the configuration at path
 // (environment included) on stderr and exit status 1, or "config ok" and 0.
+// EDGE_* variables that are no config keys are named on stderr.
 func checkConfig(path string, stdout, stderr io.Writer) int {
-	if _, err := loadConfig(path); err != nil {
+	cfg, err := loadConfig(path)
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if names := config.IgnoredEnv(&cfg); len(names) > 0 {
+		fmt.Fprintln(stderr, "ignored, no config keys:", strings.Join(names, ", "))
 	}
 	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
 
+// loadConfig is the configuration at path, validated; its error lists
+// every problem, one a line. On error the Config holds what could be read
+// (its log settings say how to report the error).
 func loadConfig(path string) (config.Config, error) {
-	cfg, err := config.Load(path)
-	if err != nil {
-		return cfg, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("config %s:\n%w", path, err)
-	}
-	return cfg, nil
+	return config.Check(path)
 }
 
 // newLogger writes JSON lines (or text) at the level held by level, which a
@@ -79,6 +98,7 @@ func newLogger(cfg config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	if cfg.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
+	opts.ReplaceAttr = secondsAttr
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
@@ -86,6 +106,7 @@ func newLogger(cfg config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{}) error {
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Log, level, logOut)
+	logStart(log, &cfg)
 	if cfg.Server.GOMAXPROCS > 0 {
 		runtime.GOMAXPROCS(cfg.Server.GOMAXPROCS)
 	}
@@ -118,6 +139,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	}
 	defer c.Close()
 	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
+	m.BuildInfo(buildInfo())
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
 	if cfg.Shared.RedisAddr != "" {
 		// Fleet mode: Redis is the second cache tier, the fleet's one

@@ -1,0 +1,94 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// maxSecretFile bounds what is read of a secret's file: a secret is short,
+// and a path pasted wrong (/dev/zero) must not hang the edge.
+const maxSecretFile = 64 << 10
+
+// secretField is a secret and the key naming a file that holds it.
+type secretField struct {
+	key         string // upstream.secret_key; the file's key is key + "_file"
+	value, file *string
+}
+
+func (c *Config) secretFields() []secretField {
+	u, sh := &c.Upstream, &c.Shared
+	out := []secretField{
+		{"upstream.api_key", &u.APIKey, &u.APIKeyFile},
+		{"upstream.secret_key", &u.SecretKey, &u.SecretKeyFile},
+		{"upstream.passphrase", &u.Passphrase, &u.PassphraseFile},
+		{"shared.redis_username", &sh.RedisUsername, &sh.RedisUsernameFile},
+		{"shared.redis_password", &sh.RedisPassword, &sh.RedisPasswordFile},
+	}
+	for i := range c.Auth.Clients {
+		cl := &c.Auth.Clients[i]
+		key := fmt.Sprintf("auth.clients[%d].", i)
+		out = append(out,
+			secretField{key + "api_key", &cl.APIKey, &cl.APIKeyFile},
+			secretField{key + "secret_key", &cl.SecretKey, &cl.SecretKeyFile},
+			secretField{key + "passphrase", &cl.Passphrase, &cl.PassphraseFile})
+	}
+	return out
+}
+
+// readSecretFiles sets each secret whose _file key is set from that file.
+// A value and a file set in the same place (both in the file, or both in
+// the environment) are a problem; across places the environment wins, as
+// it does for every key.
+func readSecretFiles(c *Config, src sources) problems {
+	var probs problems
+	for _, s := range c.secretFields() {
+		if *s.file == "" {
+			continue
+		}
+		fileKey := s.key + "_file"
+		if *s.value != "" {
+			_, valueFromEnv := src.env[s.key]
+			_, fileFromEnv := src.env[fileKey]
+			switch {
+			case valueFromEnv && !fileFromEnv:
+				*s.file = "" // the environment's value stands
+				continue
+			case fileFromEnv && !valueFromEnv:
+			default:
+				probs = append(probs, problem{source: src.of(fileKey), key: s.key,
+					msg: fmt.Sprintf("%s and %s are both set; set one", s.key, fileKey)})
+				continue
+			}
+		}
+		v, err := readSecret(*s.file)
+		if err != nil {
+			probs = append(probs, problem{source: src.of(fileKey), key: fileKey, msg: err.Error()})
+			continue
+		}
+		*s.value = v
+	}
+	return probs
+}
+
+// readSecret is the content of a secret's file without trailing newlines.
+func readSecret(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxSecretFile {
+		return "", fmt.Errorf("%s is larger than %d bytes; is it the secret?", path, maxSecretFile)
+	}
+	v := strings.TrimRight(string(b), "\r\n")
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
+}
