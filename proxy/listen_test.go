@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,9 +27,10 @@ import (
 // accepting for real; Close stops the failing.
 type flakyListener struct {
 	net.Listener
-	mu     sync.Mutex
-	fail   []error
-	closed bool
+	mu      sync.Mutex
+	fail    []error
+	closed  bool
+	waiting atomic.Int32 // Accepts blocked for a real connection
 }
 
 func (f *flakyListener) Accept() (net.Conn, error) {
@@ -40,6 +42,8 @@ func (f *flakyListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	f.mu.Unlock()
+	f.waiting.Add(1)
+	defer f.waiting.Add(-1)
 	return f.Listener.Accept()
 }
 
@@ -111,6 +115,7 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 	// A second burst, within the log interval: counted, not logged again.
 	// (Accept is waiting for a connection already: the burst meets the
 	// accept after the next one.)
+	testkit.WaitFor(t, "an accept waiting", func() bool { return fl.waiting.Load() == 1 })
 	fl.failNext(bursts...)
 	for range 2 {
 		if status := getOnNewConn(t, fl.Addr().String(), good); status != 200 {
@@ -130,6 +135,10 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 	for i := range forever {
 		forever[i] = acceptErr(syscall.EMFILE)
 	}
+	// The next connection must meet an Accept already waiting, not one
+	// that starts after the failures are set (it would back off for them
+	// all first).
+	testkit.WaitFor(t, "an accept waiting", func() bool { return fl.waiting.Load() == 1 })
 	fl.failNext(forever...)
 	if status := getOnNewConn(t, fl.Addr().String(), good); status != 200 {
 		t.Fatalf("before the endless failures: %d", status)
