@@ -108,19 +108,16 @@ func TestCacheSetGetAndBound(t *testing.T) {
 }
 
 func TestTTLs(t *testing.T) {
-	d := DefaultTTLs()
-	if d["block-list"].For(Head) != time.Second || d["block-list"].For(Final) != 24*time.Hour {
-		t.Fatal("block-list defaults")
+	bl, pl := TTLs{Head: time.Second}, TTLs{Volatile: 30 * time.Second}
+	if bl.For(Head) != time.Second {
+		t.Fatal("named class")
 	}
 	// A class the route does not name falls back to its shortest TTL.
-	if d["position-list"].For(Final) != 30*time.Second || d["block-list"].For(Negative) != time.Second {
+	if pl.For(Final) != 30*time.Second || bl.For(Negative) != time.Second {
 		t.Fatal("fallback to the shortest TTL")
 	}
-	if err := (TTLs{Head: -1}).Validate("x"); err == nil {
-		t.Fatal("negative TTL accepted")
-	}
-	if err := (TTLs{}).Validate("x"); err == nil {
-		t.Fatal("route without TTL accepted")
+	if (TTLs{}).Shortest() != 0 || (TTLs{Final: time.Hour, Head: time.Second}).Shortest() != time.Second {
+		t.Fatal("Shortest")
 	}
 }
 

@@ -1,12 +1,11 @@
 package cache
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
 
-// Class says how settled an answer is; its TTL follows (DESIGN.md section 3).
+// Class says how settled an answer is; its TTL follows (docs/design.md).
 type Class uint8
 
 const (
@@ -41,10 +40,10 @@ func LeastSettled(a, b Class) Class {
 // TTLs holds the fresh time of each class for one route. A zero field means
 // the class does not occur on that route.
 type TTLs struct {
-	Head     time.Duration `koanf:"head"`
-	Final    time.Duration `koanf:"final"`
-	Volatile time.Duration `koanf:"volatile"`
-	Negative time.Duration `koanf:"negative"`
+	Head     time.Duration
+	Final    time.Duration
+	Volatile time.Duration
+	Negative time.Duration
 }
 
 // For returns the fresh time of class c, falling back to the shortest
@@ -77,30 +76,4 @@ func (t TTLs) Shortest() time.Duration {
 		}
 	}
 	return m
-}
-
-// Validate reports negative durations and a route with no TTL at all.
-func (t TTLs) Validate(route string) error {
-	var errs []error
-	for i, d := range []time.Duration{t.Head, t.Final, t.Volatile, t.Negative} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("cache.ttl.%s.%s: must not be negative, got %s", route, classNames[i], d))
-		}
-	}
-	if t.Shortest() == 0 {
-		errs = append(errs, fmt.Errorf("cache.ttl.%s: needs at least one positive TTL", route))
-	}
-	return errors.Join(errs...)
-}
-
-// DefaultTTLs are the fresh times of DESIGN.md section 3, by route name.
-func DefaultTTLs() map[string]TTLs {
-	return map[string]TTLs{
-		"position-list":              {Volatile: 30 * time.Second},
-		"block-list":                 {Head: time.Second, Final: 24 * time.Hour},
-		"transaction-list":           {Head: time.Second, Final: 24 * time.Hour},
-		"transaction-multi":          {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
-		"transaction-fills":          {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
-		"internal-transaction-multi": {Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,8 +18,6 @@ import (
 	"github.com/knadh/koanf/providers/env"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
-
-	"explorer-edge/cache"
 )
 
 // Config is the whole configuration of one explorer-edge process.
@@ -124,7 +121,7 @@ type Cache struct {
 	// runs: {head: 1s, final: 30s, volatile: 30s, negative: 5s}. A single
 	// duration sets every class. The head window bounds how far the newest
 	// pages lag the chain (fresh + window: 2 blocks with the defaults).
-	StaleWhileRevalidate Windows       `koanf:"stale_while_revalidate"`
+	StaleWhileRevalidate PerClass      `koanf:"stale_while_revalidate"`
 	StaleIfError         time.Duration `koanf:"stale_if_error"` // serve stale while the upstream fails
 	BatchWindow          time.Duration `koanf:"batch_window"`   // gather per-hash misses into one upstream call
 	// Policy is "finality" (TTL by how settled each answer is) or "route"
@@ -132,31 +129,30 @@ type Cache struct {
 	Policy string `koanf:"policy"`
 	// TTL overrides fresh times per route and class, e.g.
 	// ttl: {block-list: {head: 2s}}. Unnamed values keep their defaults.
-	TTL map[string]cache.TTLs `koanf:"ttl"`
+	TTL map[string]PerClass `koanf:"ttl"`
 }
 
-// Windows is one duration per answer class.
-type Windows struct {
+// PerClass is one duration per answer class (head, final, volatile,
+// negative: the proxy's classification of answers).
+type PerClass struct {
 	Head     time.Duration `koanf:"head"`
 	Final    time.Duration `koanf:"final"`
 	Volatile time.Duration `koanf:"volatile"`
 	Negative time.Duration `koanf:"negative"`
 }
 
-// AllWindows is d for every class.
-func AllWindows(d time.Duration) Windows { return Windows{d, d, d, d} }
+// SameForAll is d for every class.
+func SameForAll(d time.Duration) PerClass { return PerClass{d, d, d, d} }
 
-// For is the window of class c.
-func (w Windows) For(c cache.Class) time.Duration {
-	switch c {
-	case cache.Head:
-		return w.Head
-	case cache.Final:
-		return w.Final
-	case cache.Volatile:
-		return w.Volatile
-	}
-	return w.Negative
+// fields names the classes' durations, for validation.
+func (w PerClass) fields() []struct {
+	name string
+	d    time.Duration
+} {
+	return []struct {
+		name string
+		d    time.Duration
+	}{{"head", w.Head}, {"final", w.Final}, {"volatile", w.Volatile}, {"negative", w.Negative}}
 }
 
 // Server hardens the public listener.
@@ -244,11 +240,11 @@ func Default() Config {
 		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
 			MaxBytes:             256 << 20,
-			StaleWhileRevalidate: Windows{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
+			StaleWhileRevalidate: PerClass{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
 			StaleIfError:         10 * time.Minute,
 			BatchWindow:          2 * time.Millisecond,
 			Policy:               "finality",
-			TTL:                  cache.DefaultTTLs(),
+			TTL:                  map[string]PerClass{},
 		},
 		Server: Server{
 			ReadTimeout:    10 * time.Second,
@@ -291,12 +287,15 @@ func Load(path string) (Config, error) {
 // that could not be read is not validated again). On error the Config is
 // what could be read, over the defaults, for a caller that wants its log
 // settings to report the error with.
-func Check(path string) (Config, error) {
+// more are further checks, made where what they check is declared (the
+// route table's check of cache.ttl, proxy.CheckConfig); their problems are
+// listed with the others.
+func Check(path string, more ...func(*Config) error) (Config, error) {
 	cfg, src, probs, err := load(path)
 	if err != nil {
 		return Default(), errors.New(Redact(err.Error()))
 	}
-	probs = append(probs, probs.validate(&cfg, src)...)
+	probs = append(probs, probs.validate(&cfg, src, more)...)
 	if len(probs) > 0 {
 		return cfg, probs.err(cfg.secrets())
 	}
@@ -362,8 +361,6 @@ func (b rawBytes) Read() (map[string]any, error) { return nil, errors.New("not s
 // value keeps its default.
 func decode(k *koanf.Koanf, src sources) (Config, problems) {
 	cfg := Default()
-	// TTL overrides merge field by field into the defaults; decode them apart.
-	overrides := map[string]cache.TTLs{}
 	ttlRaw := k.Get("cache.ttl")
 	clientsRaw := k.Get("auth.clients")
 	swrRaw := k.Get("cache.stale_while_revalidate")
@@ -387,7 +384,7 @@ func decode(k *koanf.Koanf, src sources) (Config, problems) {
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{DecoderConfig: dc(&cfg)}); err != nil {
 		probs = append(probs, decodeProblems("", err, src)...)
 	}
-	if err := decodeInto(ttlRaw, &overrides, dc); err != nil {
+	if err := decodeInto(ttlRaw, &cfg.Cache.TTL, dc); err != nil {
 		probs = append(probs, decodeProblems("cache.ttl", err, src)...)
 	}
 	if err := decodeWindows(swrRaw, &cfg.Cache.StaleWhileRevalidate, dc); err != nil {
@@ -399,27 +396,12 @@ func decode(k *koanf.Koanf, src sources) (Config, problems) {
 			probs = append(probs, decodeProblems("auth.clients", err, src)...)
 		}
 	}
-	for route, o := range overrides {
-		t, ok := cfg.Cache.TTL[route]
-		if !ok {
-			cfg.Cache.TTL[route] = o // reported by Validate as an unknown route
-			continue
-		}
-		for _, p := range []struct{ dst, src *time.Duration }{
-			{&t.Head, &o.Head}, {&t.Final, &o.Final}, {&t.Volatile, &o.Volatile}, {&t.Negative, &o.Negative},
-		} {
-			if *p.src != 0 {
-				*p.dst = *p.src
-			}
-		}
-		cfg.Cache.TTL[route] = t
-	}
 	return cfg, probs
 }
 
 // decodeWindows reads a per-class map into w, over its defaults, or a
 // single duration for every class.
-func decodeWindows(raw any, w *Windows, dc func(any) *mapstructure.DecoderConfig) error {
+func decodeWindows(raw any, w *PerClass, dc func(any) *mapstructure.DecoderConfig) error {
 	if _, isMap := raw.(map[string]any); raw == nil || isMap {
 		return decodeInto(raw, w, dc)
 	}
@@ -429,7 +411,7 @@ func decodeWindows(raw any, w *Windows, dc func(any) *mapstructure.DecoderConfig
 	if err := decodeInto(map[string]any{"d": raw}, &d, dc); err != nil {
 		return err
 	}
-	*w = AllWindows(d.D)
+	*w = SameForAll(d.D)
 	return nil
 }
 
@@ -463,9 +445,6 @@ func applyClientEnv(cfg *Config) map[string]string {
 	}
 	return set
 }
-
-// routeNames are the names cache.ttl may use: the routes of the proxy's table.
-var routeNames = []string{"position-list", "block-list", "transaction-list", "transaction-multi", "transaction-fills", "internal-transaction-multi"}
 
 // Validate reports every problem at once. No message carries a secret: a
 // value that may hold one is quoted with its user info and secrets
@@ -591,21 +570,19 @@ func (c *Config) Validate() error {
 	if ca.MaxBytes < 1<<20 {
 		bad("cache.max_bytes: must be >= 1048576, got %d", ca.MaxBytes)
 	}
-	for c := range cache.Negative + 1 {
-		nonNegative("cache.stale_while_revalidate."+c.String(), ca.StaleWhileRevalidate.For(c))
+	for _, f := range ca.StaleWhileRevalidate.fields() {
+		nonNegative("cache.stale_while_revalidate."+f.name, f.d)
 	}
 	nonNegative("cache.stale_if_error", ca.StaleIfError)
 	positive("cache.batch_window", ca.BatchWindow)
 	if ca.Policy != "finality" && ca.Policy != "route" {
 		bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)
 	}
+	// Route names and that each route keeps a TTL are the route table's
+	// to check (proxy.CheckConfig): the table lives there.
 	for route, t := range ca.TTL {
-		if !slices.Contains(routeNames, route) {
-			bad("cache.ttl.%s: unknown route (known: %s)", route, strings.Join(routeNames, ", "))
-			continue
-		}
-		if err := t.Validate(route); err != nil {
-			errs = append(errs, err)
+		for _, f := range t.fields() {
+			nonNegative("cache.ttl."+route+"."+f.name, f.d)
 		}
 	}
 

@@ -48,8 +48,12 @@ func (s sources) of(key string) string {
 // validate is Validate's problems for a configuration that decoded with
 // ps, less those about a value that could not be read (it kept its
 // default, or is missing, and the decode problem already says why).
-func (ps problems) validate(c *Config, src sources) problems {
-	err := c.Validate()
+func (ps problems) validate(c *Config, src sources, more []func(*Config) error) problems {
+	errs := []error{c.Validate()}
+	for _, check := range more {
+		errs = append(errs, check(c))
+	}
+	err := errors.Join(errs...)
 	if err == nil {
 		return nil
 	}

@@ -309,7 +309,7 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 			class = classifyCross(p, nil, wrapData(recs))
 		}
 		e := cache.NewItem(hashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
-			s.cfg.Cache.StaleWhileRevalidate.For(class), s.cfg.Cache.StaleIfError)
+			classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 		p.cache.Set(e, now)
 		if p.tier != nil {
 			p.tier.Set(e, now)

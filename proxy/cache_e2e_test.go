@@ -21,7 +21,7 @@ func maxAge(r resp) int {
 	return int(n)
 }
 
-func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = config.Windows{} }
+func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = config.PerClass{} }
 
 func TestFinalityAwareTTLs(t *testing.T) {
 	h := newHarness(t, noStale)
@@ -123,7 +123,7 @@ func TestStaleIfError(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			h := newHarness(t, func(c *config.Config, _ *sim.Config) {
-				c.Cache.StaleWhileRevalidate = config.AllWindows(time.Second)
+				c.Cache.StaleWhileRevalidate = config.SameForAll(time.Second)
 				c.Cache.StaleIfError = time.Minute
 				c.Upstream.Timeout = 300 * time.Millisecond
 				c.Upstream.Retries = 1
@@ -280,7 +280,7 @@ func TestUnmappableBatchFallsBackToWholeRequest(t *testing.T) {
 		})
 	}
 	h := newHarnessWrapped(t, wrap, func(c *config.Config, _ *sim.Config) {
-		c.Cache.StaleWhileRevalidate = config.AllWindows(time.Second)
+		c.Cache.StaleWhileRevalidate = config.SameForAll(time.Second)
 		c.Cache.StaleIfError = 48 * time.Hour
 		c.Upstream.Retries = 0
 		c.Upstream.BreakerFailures = 100

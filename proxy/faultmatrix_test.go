@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
@@ -75,10 +74,10 @@ const matrixTTL = 10 * time.Second
 const matrixNegative = time.Second
 
 func matrixConfig(c *config.Config, _ *sim.Config) {
-	for name := range c.Cache.TTL {
-		c.Cache.TTL[name] = cache.TTLs{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixNegative}
+	for _, name := range RouteNames() {
+		c.Cache.TTL[name] = config.PerClass{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixNegative}
 	}
-	c.Cache.StaleWhileRevalidate = config.AllWindows(matrixTTL)
+	c.Cache.StaleWhileRevalidate = config.SameForAll(matrixTTL)
 	c.Cache.StaleIfError = time.Hour
 	c.Upstream.Timeout = 400 * time.Millisecond
 	c.Upstream.Retries = 1

@@ -283,7 +283,7 @@ func TestFleetServesTheSharedStaleCopyWhenTheUpstreamFails(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			rdb := startRedis(t)
 			h, edges := newFleet(t, rdb, 1, func(c *config.Config, _ *sim.Config) {
-				c.Cache.StaleWhileRevalidate = config.AllWindows(time.Second)
+				c.Cache.StaleWhileRevalidate = config.SameForAll(time.Second)
 				c.Cache.StaleIfError = time.Minute
 				c.Upstream.Retries = 0
 				c.Upstream.BreakerFailures = 100
@@ -316,7 +316,7 @@ func TestFleetServesTheSharedStaleCopyWhenTheUpstreamFails(t *testing.T) {
 func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 1, func(c *config.Config, _ *sim.Config) {
-		c.Cache.StaleWhileRevalidate = config.AllWindows(time.Minute)
+		c.Cache.StaleWhileRevalidate = config.SameForAll(time.Minute)
 	})
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	good := edges[0].get(target) // the head page: fresh for 1 s

@@ -103,13 +103,16 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 }
 
 func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
+	if err := CheckConfig(&cfg); err != nil {
+		return nil, err
+	}
 	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: newCORS(cfg.CORS)}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
 	s.signer = signer.New(signer.Credentials{APIKey: cfg.Upstream.APIKey, SecretKey: cfg.Upstream.SecretKey, Passphrase: cfg.Upstream.Passphrase})
 	for i := range routes {
-		s.ttl[i] = cfg.Cache.TTL[routes[i].name]
+		s.ttl[i] = routeTTLs(&routes[i], cfg.Cache.TTL)
 	}
 	var err error
 	s.auth, err = newAdmission(cfg.Auth, m)
@@ -497,7 +500,7 @@ func (p *Proxy) store(s *settings, r *route, key string, asked time.Time, status
 	var q query // classification needs the parsed parameters of key
 	q.parseKey(r, key)
 	class := r.classify(p, &q, body)
-	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), s.cfg.Cache.StaleWhileRevalidate.For(class), s.cfg.Cache.StaleIfError)
+	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	now := p.clock()
 	p.cache.Set(e, now)
 	if p.tier != nil {

@@ -1,7 +1,14 @@
 package proxy
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
 	"explorer-edge/cache"
+	"explorer-edge/config"
 )
 
 // kind says how a parameter is checked and normalized.
@@ -57,6 +64,10 @@ type route struct {
 	perHash bool
 	// classify reads an upstream answer and returns its cache class.
 	classify func(e *Proxy, q *query, body []byte) cache.Class
+	// ttl is the default fresh time of each class the route's answers can
+	// have (cache.ttl.<name> overrides it); a class it does not name falls
+	// back to the shortest (cache.TTLs.For).
+	ttl cache.TTLs
 }
 
 var protocolTypes = []string{"transaction", "internal", "token_20", "token_721", "token_1155", "token_10"}
@@ -75,6 +86,7 @@ var routes = [numRoutes]route{
 		},
 		window:   10000,
 		classify: classifyVolatile,
+		ttl:      cache.TTLs{Volatile: 30 * time.Second},
 	},
 	{
 		id: routeBlockList, name: "block-list", path: "/api/v5/chainx/block/block-list",
@@ -86,6 +98,7 @@ var routes = [numRoutes]route{
 		},
 		window:   10000,
 		classify: classifyBlockList,
+		ttl:      cache.TTLs{Head: time.Second},
 	},
 	{
 		id: routeTransactionList, name: "transaction-list", path: "/api/v5/chainx/block/transaction-list",
@@ -97,6 +110,7 @@ var routes = [numRoutes]route{
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
 		classify: classifyTransactionList,
+		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour},
 	},
 	{
 		id: routeTransactionMulti, name: "transaction-multi", path: "/api/v5/chainx/tz/cross/transaction-multi",
@@ -106,6 +120,7 @@ var routes = [numRoutes]route{
 		},
 		perHash:  true,
 		classify: classifyCross,
+		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 	{
 		id: routeTransactionFills, name: "transaction-fills", path: "/api/v5/chainx/tz/cross/transaction-fills",
@@ -115,6 +130,7 @@ var routes = [numRoutes]route{
 		},
 		perHash:  true,
 		classify: classifyCross,
+		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 	{
 		id: routeInternalTransactionMulti, name: "internal-transaction-multi", path: "/api/v5/chainx/transaction/internal-transaction-multi",
@@ -127,29 +143,20 @@ var routes = [numRoutes]route{
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
 		classify: classifyInternal,
+		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 }
 
 // maxHashes is the spec's limit on hashes in one txId list.
 const maxHashes = 20
 
-// routeByPath finds the route of a request path without allocating.
+// routeByPath finds the route of a request path without allocating (the
+// comparison of string(path) makes no string).
 func routeByPath(path []byte) *route {
-	// The compiler turns this switch on string(path) into comparisons
-	// without a conversion.
-	switch string(path) {
-	case "/api/v5/chainx/token/position-list":
-		return &routes[routePositionList]
-	case "/api/v5/chainx/block/block-list":
-		return &routes[routeBlockList]
-	case "/api/v5/chainx/block/transaction-list":
-		return &routes[routeTransactionList]
-	case "/api/v5/chainx/tz/cross/transaction-multi":
-		return &routes[routeTransactionMulti]
-	case "/api/v5/chainx/tz/cross/transaction-fills":
-		return &routes[routeTransactionFills]
-	case "/api/v5/chainx/transaction/internal-transaction-multi":
-		return &routes[routeInternalTransactionMulti]
+	for i := range routes {
+		if string(path) == routes[i].path {
+			return &routes[i]
+		}
 	}
 	return nil
 }
@@ -178,4 +185,64 @@ func (id routeID) String() string {
 		return routes[id].name
 	}
 	return "unknown"
+}
+
+// routeByName is the route named name, or nil.
+func routeByName(name string) *route {
+	for i := range routes {
+		if routes[i].name == name {
+			return &routes[i]
+		}
+	}
+	return nil
+}
+
+// CheckConfig checks what of the configuration the route table declares:
+// cache.ttl names only routes of the table, and each route keeps a
+// positive fresh time once the overrides apply. config.Check lists its
+// problems with the others; New refuses a configuration it refuses.
+func CheckConfig(cfg *config.Config) error {
+	var errs []error
+	names := strings.Join(RouteNames(), ", ")
+	for name := range cfg.Cache.TTL {
+		if routeByName(name) == nil {
+			errs = append(errs, fmt.Errorf("cache.ttl.%s: unknown route (known: %s)", name, names))
+		}
+	}
+	for i := range routes {
+		if routeTTLs(&routes[i], cfg.Cache.TTL).Shortest() <= 0 {
+			errs = append(errs, fmt.Errorf("cache.ttl.%s: needs at least one positive TTL", routes[i].name))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// routeTTLs is r's fresh times: its defaults, each overridden by a
+// non-zero cache.ttl.<route>.<class>.
+func routeTTLs(r *route, overrides map[string]config.PerClass) cache.TTLs {
+	t := r.ttl
+	o := overrides[r.name]
+	for _, f := range []struct {
+		dst *time.Duration
+		src time.Duration
+	}{{&t.Head, o.Head}, {&t.Final, o.Final}, {&t.Volatile, o.Volatile}, {&t.Negative, o.Negative}} {
+		if f.src != 0 {
+			*f.dst = f.src
+		}
+	}
+	return t
+}
+
+// classWindow is the duration w gives class c.
+func classWindow(w config.PerClass, c cache.Class) time.Duration {
+	switch c {
+	case cache.Head:
+		return w.Head
+	case cache.Final:
+		return w.Final
+	case cache.Volatile:
+		return w.Volatile
+	}
+	return w.Negative
 }

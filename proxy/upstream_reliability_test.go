@@ -409,7 +409,7 @@ func TestUpstreamRefusalIsCachedNegative(t *testing.T) {
 	}
 
 	// Past the negative time the question is asked again.
-	h.clock.Advance(h.cfg.Cache.TTL["block-list"].Shortest())
+	h.clock.Advance(routeTTLs(&routes[routeBlockList], h.cfg.Cache.TTL).Shortest())
 	before := h.upstreamCalls() // the direct ask counted too
 	if r := h.get(target); r.status != status || h.upstreamCalls()-before != 1 {
 		t.Errorf("past the negative time: %d and %d upstream calls, want %d and 1", r.status, h.upstreamCalls()-before, status)

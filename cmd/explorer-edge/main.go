@@ -87,7 +87,7 @@ func checkConfig(path string, stdout, stderr io.Writer) int {
 // every problem, one a line. On error the Config holds what could be read
 // (its log settings say how to report the error).
 func loadConfig(path string) (config.Config, error) {
-	return config.Check(path)
+	return config.Check(path, proxy.CheckConfig)
 }
 
 // newLogger writes JSON lines (or text) at the level held by level, which a
