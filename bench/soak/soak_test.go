@@ -17,7 +17,7 @@ import (
 // reach the answers.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds both binaries and runs them for about 8 s")
+		t.Skip("builds both binaries and runs them for about 9 s")
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
@@ -35,6 +35,7 @@ func TestSoak(t *testing.T) {
 		phase:    400 * time.Millisecond,
 		targets:  600,
 		maxBytes: 16 << 20,
+		moving:   true,
 		out:      &out,
 	})
 	t.Log("\n" + out.String())
@@ -56,6 +57,17 @@ func TestSoak(t *testing.T) {
 	}
 	if len(res.phasesRun) < 10 {
 		t.Errorf("only %d fault phases ran", len(res.phasesRun))
+	}
+	// The moving chain: every target asked at least once (the first round
+	// starts within 0.5 s), so answers declared final and newest pages of
+	// both chains were judged.
+	mv := res.mv
+	if mv == nil {
+		t.Fatal("the moving chain did not run")
+	}
+	if mv.requests.Load() < int64(res.mvTargets) || mv.final.Load() == 0 || mv.tips.Load() < 2 {
+		t.Errorf("moving chain: %d requests over %d targets, %d declared final, %d newest pages judged",
+			mv.requests.Load(), res.mvTargets, mv.final.Load(), mv.tips.Load())
 	}
 }
 
