@@ -495,9 +495,9 @@ func (m *moving) round(t *movingTarget) {
 	if len(st.wrongs) < keepWrong {
 		st.wrongs = append(st.wrongs, movingWrong{
 			at: e.send.Sub(m.cfg.t0), why: v.why, target: t.path, hdrs: e.headers,
-			got:    fmt.Sprintf("%d %s", e.status, clip([]byte(e.body), 300)),
-			before: fmt.Sprintf("%d %s", before.status, clip([]byte(before.body), 300)),
-			after:  fmt.Sprintf("%d %s", after.status, clip([]byte(after.body), 300)),
+			got:    fmt.Sprintf("%d %s", e.status, clip([]byte(e.body), 200)),
+			before: fmt.Sprintf("%d %s", before.status, clip([]byte(before.body), 200)),
+			after:  fmt.Sprintf("%d %s", after.status, clip([]byte(after.body), 200)),
 		})
 	}
 }
