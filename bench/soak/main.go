@@ -573,7 +573,7 @@ func (res *result) print(o options) {
 		add("  newest page", "%d judged, worst lag %s (bound %d)", mv.tips.Load(), lag, tipBound)
 		add("  out of date", "%d older than the upstream's answer of the moment (placed %d by the direct history, %d by the reference clock)",
 			mv.late.Load(), mv.byHistory.Load(), mv.byRef.Load())
-		add("  wrong answers", "%d", mv.wrong.Load())
+		add("  wrong answers", "%d%s", mv.wrong.Load(), mv.wrongRules())
 		add("  client errors", "%d (reference disagreements %d)", mv.errors.Load(), mv.refDisagree.Load())
 	}
 	add("upstream calls", "%d during the load (%.1f per 1000 requests; %d signatures refused)", res.upstreamCalls,

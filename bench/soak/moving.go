@@ -128,6 +128,7 @@ type movingStats struct {
 	refDisagree atomic.Int64 // direct answers the reference clock never gives
 
 	mu      sync.Mutex
+	wrongBy map[string]int64 // by the rule broken
 	lagSeen bool
 	maxLag  int64 // blocks, newest page
 	wrongs  []movingWrong
@@ -492,6 +493,10 @@ func (m *moving) round(t *movingTarget) {
 		return
 	}
 	st.wrong.Add(1)
+	if st.wrongBy == nil {
+		st.wrongBy = map[string]int64{}
+	}
+	st.wrongBy[v.rule]++
 	if len(st.wrongs) < keepWrong {
 		st.wrongs = append(st.wrongs, movingWrong{
 			at: e.send.Sub(m.cfg.t0), why: v.why, target: t.path, hdrs: e.headers,
@@ -608,6 +613,7 @@ func (m *moving) checkRef(t *movingTarget, o observation) {
 // verdict is the judgment of one edge answer.
 type verdict struct {
 	why    string // "" right
+	rule   string // the rule broken: "newest page", "final", "Age", "windows", "other"
 	final  bool   // declared final
 	tip    bool   // lag measured
 	lag    int64  // blocks behind the direct answer before (newest page)
@@ -618,20 +624,21 @@ type verdict struct {
 // answers before and after (already recorded in t's history).
 func (m *moving) judge(t *movingTarget, before observation, e edgeReply, after observation) (v verdict) {
 	if e.contentEncoded {
-		v.why = "Content-Encoding although none was asked for"
+		v.why, v.rule = "Content-Encoding although none was asked for", "other"
 		return v
 	}
 	if t.tip && e.status == http.StatusOK && before.status == http.StatusOK {
 		edgeTop, ok := topHeight(e.body)
 		upTop, upOK := topHeight(before.body)
 		if !ok || !upOK {
-			v.why = "newest page without a block"
+			v.why, v.rule = "newest page without a block", "newest page"
 			return v
 		}
 		v.tip, v.lag = true, upTop-edgeTop
 		if v.lag > tipBound {
 			v.why = fmt.Sprintf("the newest page is %d blocks behind the upstream (top %d, the upstream's %d just before); bound %d",
 				v.lag, edgeTop, upTop, tipBound)
+			v.rule = "newest page"
 			return v
 		}
 	}
@@ -640,6 +647,7 @@ func (m *moving) judge(t *movingTarget, before observation, e edgeReply, after o
 		v.final = true
 		if !current {
 			v.why = fmt.Sprintf("declared final (max-age=%d) but equal to neither direct answer, before or after", e.maxAge)
+			v.rule = "final"
 		}
 		return v
 	}
@@ -648,11 +656,12 @@ func (m *moving) judge(t *movingTarget, before observation, e edgeReply, after o
 	}
 	if e.status != http.StatusOK && e.status != before.status && e.status != after.status {
 		v.why = fmt.Sprintf("%d while the upstream answered %d before and %d after", e.status, before.status, after.status)
+		v.rule = "other"
 		return v
 	}
 	outdated, placed, ok := m.outdatedBy(t, e.reply, e)
 	if !ok {
-		v.why = "bytes the upstream never said since the phase began"
+		v.why, v.rule = "bytes the upstream never said since the phase began", "other"
 		return v
 	}
 	late := e.send.Sub(outdated)
@@ -663,9 +672,11 @@ func (m *moving) judge(t *movingTarget, before observation, e edgeReply, after o
 	switch {
 	case late > time.Duration(e.age+1)*time.Second:
 		v.why = fmt.Sprintf("out of date for at least %.2fs (placed by the %s) but Age says %d", late.Seconds(), placed, e.age)
+		v.rule = "Age"
 	case e.maxAge >= 0 && late > time.Duration(e.maxAge+max(e.swr, 0)+1)*time.Second:
 		v.why = fmt.Sprintf("out of date for at least %.2fs (placed by the %s), beyond max-age %d + stale-while-revalidate %d",
 			late.Seconds(), placed, e.maxAge, max(e.swr, 0))
+		v.rule = "windows"
 	}
 	return v
 }
@@ -696,6 +707,22 @@ func (m *moving) outdatedBy(t *movingTarget, r reply, e edgeReply) (at time.Time
 		}
 	}
 	return time.Time{}, "", false
+}
+
+// wrongRules says how many wrong answers broke each rule.
+func (st *movingStats) wrongRules() string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var parts []string
+	for _, r := range []string{"newest page", "final", "Age", "windows", "other"} {
+		if n := st.wrongBy[r]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
 
 // print writes the phase's wrong answers and errors.

@@ -67,6 +67,8 @@ func TestMovingJudgeCatchesWrongAnswers(t *testing.T) {
 				t.Errorf("judged wrong: %s", v.why)
 			case c.want != "" && !strings.Contains(v.why, c.want):
 				t.Errorf("judged %q, want a reason with %q", v.why, c.want)
+			case (v.why == "") != (v.rule == ""):
+				t.Errorf("reason %q, rule %q", v.why, v.rule)
 			}
 		})
 	}
