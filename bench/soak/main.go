@@ -5,8 +5,14 @@
 // watches the edge's goroutines and memory, looks for panics in its output,
 // prints a summary and exits non-zero on any failure.
 //
+// Beside it runs the moving chain (moving.go): a second explorer-sim on
+// real time and a second explorer-edge with the shipped TTLs and stale
+// windows, whose answers are compared with the upstream's as the chain
+// moves.
+//
 //	make soak                                  # go run ./bench/soak -duration 60s
 //	go run ./bench/soak -duration 10s -rate 500
+//	go run ./bench/soak -moving-cache '{stale_while_revalidate: 30s}'   # must fail: the newest page lags
 package main
 
 import (
@@ -41,6 +47,8 @@ type options struct {
 	targets         int           // valid targets in the pool (about)
 	maxBytes        int64         // the edge's cache.max_bytes
 	keep            bool          // keep the temporary directory even on success
+	moving          bool          // run the moving-chain pair beside the load
+	movingCache     string        // its edge's cache section (YAML flow); "" the shipped defaults
 	out             io.Writer
 }
 
@@ -58,6 +66,8 @@ func main() {
 	// RSS bound (1.5 x max_bytes + 64 MiB) is tight enough to mean something.
 	flag.Int64Var(&o.maxBytes, "max-bytes", 16<<20, "the edge's cache.max_bytes")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs) on success too")
+	flag.BoolVar(&o.moving, "moving", true, "also compare a second edge's answers with a moving chain's (real time, shipped TTLs)")
+	flag.StringVar(&o.movingCache, "moving-cache", "", "the moving edge's cache section as YAML flow, e.g. '{stale_while_revalidate: 30s}' (empty: the shipped defaults)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,6 +104,10 @@ type result struct {
 	edgeAlive                       bool
 	wrongs                          []wrongAnswer
 	clientErrs                      []string
+
+	mv        *movingStats // nil: no moving chain
+	mvTargets int
+	mvAlive   bool
 }
 
 func (r *result) fail(format string, args ...any) {
@@ -197,6 +211,24 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	defer edgeProc.kill()
 	logf("explorer-sim on %s, explorer-edge on %s (admin %s), files in %s", simAddr, listen, admin, dir)
 
+	// The moving chain and its edge.
+	var mv *moving
+	if o.moving {
+		mv, err = startMoving(ctx, movingConfig{
+			simBin: o.simBin, edgeBin: o.edgeBin, dir: dir, cache: o.movingCache,
+			minGap: 300 * time.Millisecond, maxGap: 4 * time.Second, t0: t0,
+		})
+		if err != nil {
+			return res, err
+		}
+		defer mv.kill()
+		cache := "shipped TTLs and stale windows"
+		if o.movingCache != "" {
+			cache = "cache: " + o.movingCache
+		}
+		logf("moving chain: explorer-sim on %s (real time), explorer-edge on %s (%s), %d targets", mv.simAddr, mv.edgeAddr, cache, len(mv.targets))
+	}
+
 	// The edge dying ends the load at once.
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -269,6 +301,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	var cycleErr error
 	var cycleWG sync.WaitGroup
 	cycleWG.Go(func() { cycleErr = sc.cycle(runCtx, o.phase, quietAt) })
+	if mv != nil {
+		cycleWG.Go(func() { mv.poll(runCtx, loadEnd) })
+	}
 	logf("load: %v at %.0f req/s, %d workers, fault phases of %v, quiet from +%.1fs", o.duration, o.rate, o.workers, o.phase, quietAt.Sub(loadStart).Seconds())
 	s.drive(runCtx, res.load, lim, loadEnd, s.pickTarget)
 	res.loadTime = time.Since(loadStart)
@@ -280,6 +315,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return res, fmt.Errorf("faults: %w", cycleErr)
 	}
 	logf("load: %d requests in %.1fs, %d wrong, %d client errors", res.load.requests.Load(), res.loadTime.Seconds(), res.load.wrong.Load(), res.load.clientErrors.Load())
+	if mv != nil {
+		logf("moving chain: %d requests, %d wrong, %d client errors", mv.stats.requests.Load(), mv.stats.wrong.Load(), mv.stats.errors.Load())
+	}
 
 	// After the load: connections closed, faults cleared, goroutines back?
 	s.hc.CloseIdleConnections()
@@ -306,6 +344,17 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	simProc.stop()
 	if res.panics, err = scanPanics(edgeProc.logPath); err != nil {
 		return res, err
+	}
+	if mv != nil {
+		res.mv, res.mvTargets, res.mvAlive = &mv.stats, len(mv.targets), mv.edge.alive()
+		mv.stop()
+		mvPanics, err := scanPanics(mv.edge.logPath)
+		if err != nil {
+			return res, err
+		}
+		for _, p := range mvPanics {
+			res.panics = append(res.panics, "moving edge: "+p)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("interrupted")
@@ -458,6 +507,23 @@ func (s *soak) judge(res *result, loadStart time.Time, d time.Duration) {
 	if !res.edgeAlive {
 		res.fail("the edge process died")
 	}
+	if mv := res.mv; mv != nil {
+		switch {
+		case mv.requests.Load() == 0:
+			res.fail("no moving-chain request ran")
+		case !res.mvAlive:
+			res.fail("the moving chain's edge process died")
+		}
+		if n := mv.wrong.Load(); n > 0 {
+			res.fail("%d wrong answers on the moving chain", n)
+		}
+		if n := mv.errors.Load(); n > 0 {
+			res.fail("%d client errors on the moving chain", n)
+		}
+		if n := mv.refDisagree.Load(); n > 0 {
+			res.fail("the reference clock disagreed %d times with the moving explorer-sim: its judgments cannot be trusted", n)
+		}
+	}
 	res.pass = len(res.failures) == 0
 }
 
@@ -493,6 +559,23 @@ func (res *result) print(o options) {
 	add("upstream 400 passed", "%d", ld.upstream400.Load())
 	add("wrong answers", "%d (warm-up %d)", ld.wrong.Load()+wm.wrong.Load(), wm.wrong.Load())
 	add("client errors", "%d (warm-up %d)", ld.clientErrors.Load()+wm.clientErrors.Load(), wm.clientErrors.Load())
+	if mv := res.mv; mv != nil {
+		lag := "none measured"
+		if mv.lagSeen {
+			lag = fmt.Sprintf("%d blocks", mv.maxLag)
+		}
+		cache := "shipped TTLs and stale windows"
+		if o.movingCache != "" {
+			cache = "cache: " + o.movingCache
+		}
+		add("moving chain", "%d edge requests over %d targets (%s), %d direct", mv.requests.Load(), res.mvTargets, cache, mv.direct.Load())
+		add("  declared final", "%d (each equal to a direct answer just before or after)", mv.final.Load())
+		add("  newest page", "%d judged, worst lag %s (bound %d)", mv.tips.Load(), lag, tipBound)
+		add("  out of date", "%d older than the upstream's answer of the moment (placed %d by the direct history, %d by the reference clock)",
+			mv.late.Load(), mv.byHistory.Load(), mv.byRef.Load())
+		add("  wrong answers", "%d%s", mv.wrong.Load(), mv.wrongRules())
+		add("  client errors", "%d (reference disagreements %d)", mv.errors.Load(), mv.refDisagree.Load())
+	}
 	add("upstream calls", "%d during the load (%.1f per 1000 requests; %d signatures refused)", res.upstreamCalls,
 		1000*float64(res.upstreamCalls)/float64(max(reqs, 1)), res.authFailures)
 	add("peak RSS", "%s (bound %s = 1.5 x %s + %s; %s at start)", mib(res.rssPeak), mib(res.rssBound),
@@ -537,6 +620,9 @@ func (res *result) print(o options) {
 	}
 	for _, e := range res.clientErrs {
 		fmt.Fprintln(w, "client error:", e)
+	}
+	if res.mv != nil {
+		res.mv.print(w)
 	}
 	for i, p := range res.panics {
 		if i == 5 {

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"compress/gzip"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +20,9 @@ import (
 // reach the answers.
 func TestSoak(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds both binaries and runs them for about 8 s")
+		t.Skip("builds both binaries and runs them for about 9 s")
 	}
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
-		"explorer-edge/cmd/explorer-edge", "explorer-edge/cmd/explorer-sim")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinaries(t)
 	var out bytes.Buffer
 	res, err := run(t.Context(), options{
 		simBin:   filepath.Join(bin, "explorer-sim"),
@@ -35,6 +33,7 @@ func TestSoak(t *testing.T) {
 		phase:    400 * time.Millisecond,
 		targets:  600,
 		maxBytes: 16 << 20,
+		moving:   true,
 		out:      &out,
 	})
 	t.Log("\n" + out.String())
@@ -56,6 +55,90 @@ func TestSoak(t *testing.T) {
 	}
 	if len(res.phasesRun) < 10 {
 		t.Errorf("only %d fault phases ran", len(res.phasesRun))
+	}
+	// The moving chain: every target asked at least once (the first round
+	// starts within 0.5 s), so answers declared final and newest pages of
+	// both chains were judged.
+	mv := res.mv
+	if mv == nil {
+		t.Fatal("the moving chain did not run")
+	}
+	if mv.requests.Load() < int64(res.mvTargets) || mv.final.Load() == 0 || mv.tips.Load() < 2 {
+		t.Errorf("moving chain: %d requests over %d targets, %d declared final, %d newest pages judged",
+			mv.requests.Load(), res.mvTargets, mv.final.Load(), mv.tips.Load())
+	}
+}
+
+// buildBinaries builds explorer-edge and explorer-sim into a temporary
+// directory.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", bin+string(filepath.Separator),
+		"explorer-edge/cmd/explorer-edge", "explorer-edge/cmd/explorer-sim")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestMovingChainCatchesLongStaleWindow runs the moving-chain phase
+// alone, twice at once: against an edge with the shipped stale windows and
+// against one whose head answers may be served 30 s stale (the default
+// before issue 17). Every target is asked twice, 3.5 s apart: more than the
+// head's fresh time and stale window together (2 s), so the first edge
+// fetches the newest page again, and the second serves the one of 3.5 s
+// before, 3 or 4 blocks behind. The phase must pass the first and fail the
+// second on the newest page.
+func TestMovingChainCatchesLongStaleWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds both binaries and runs two pairs for about 7 s")
+	}
+	bin := buildBinaries(t)
+	start := func(name, cache string) *moving {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		m, err := startMoving(t.Context(), movingConfig{
+			simBin: filepath.Join(bin, "explorer-sim"), edgeBin: filepath.Join(bin, "explorer-edge"),
+			dir: dir, cache: cache, minGap: 3500 * time.Millisecond, maxGap: 3500 * time.Millisecond, t0: time.Now(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.kill)
+		return m
+	}
+	shipped, long := start("shipped", ""), start("long", "{stale_while_revalidate: 30s}")
+	// Two rounds: the first within 0.5 s, the second 3.5 s after it ends
+	// (with 2.5 s for a slow first round); a third could not start before 7 s.
+	until := time.Now().Add(6500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for _, m := range []*moving{shipped, long} {
+		wg.Go(func() { m.poll(t.Context(), until) })
+	}
+	wg.Wait()
+	report := func(name string, m *moving) string {
+		var b strings.Builder
+		m.stats.print(&b)
+		st := &m.stats
+		return fmt.Sprintf("%s: %d requests, %d newest pages, worst lag %d, %d wrong, %d errors, %d reference disagreements\n%s",
+			name, st.requests.Load(), st.tips.Load(), st.maxLag, st.wrong.Load(), st.errors.Load(), st.refDisagree.Load(), b.String())
+	}
+	t.Log(report("shipped", shipped))
+	t.Log(report("stale_while_revalidate 30s", long))
+	for _, m := range []*moving{shipped, long} {
+		if st := &m.stats; st.requests.Load() < 2*int64(len(m.targets)) || st.errors.Load() > 0 || st.refDisagree.Load() > 0 {
+			t.Errorf("a pair did not run cleanly: %d requests over %d targets, %d errors, %d reference disagreements",
+				st.requests.Load(), len(m.targets), st.errors.Load(), st.refDisagree.Load())
+		}
+	}
+	if n := shipped.stats.wrong.Load(); n > 0 || shipped.stats.maxLag > tipBound {
+		t.Errorf("shipped stale windows: %d wrong answers, worst lag %d blocks", n, shipped.stats.maxLag)
+	}
+	if behind := long.stats.wrongBy["newest page"]; behind == 0 || long.stats.maxLag <= tipBound {
+		t.Errorf("a 30 s head stale window went unnoticed: %d newest pages judged behind, worst lag %d blocks", behind, long.stats.maxLag)
 	}
 }
 
