@@ -62,7 +62,13 @@ func NewItem(key string, body []byte, class Class, stored time.Time, ttl time.Du
 		StaleWhileRevalidate: int64(swr),
 		StaleIfError:         int64(sie),
 	}
-	sum := xxhash.Sum64(body)
+	e.ComputeETag()
+	return e
+}
+
+// ComputeETag sets ETag from the body: a strong validator, quoted.
+func (e *Entry) ComputeETag() {
+	sum := xxhash.Sum64(e.Body)
 	var raw [8]byte
 	for i := range raw {
 		raw[i] = byte(sum >> (56 - 8*i))
@@ -70,7 +76,6 @@ func NewItem(key string, body []byte, class Class, stored time.Time, ttl time.Du
 	e.ETag = append(e.etag[:0], '"')
 	e.ETag = hex.AppendEncode(e.ETag, raw[:])
 	e.ETag = append(e.ETag, '"')
-	return e
 }
 
 // NewEntry is NewItem plus the gzip copy, compressed once here instead of

@@ -20,26 +20,40 @@ import (
 //
 // KEYS[1] TAT in microseconds. ARGV: microseconds between tokens, burst,
 // microseconds the caller may wait for a token it reserves now, tokens that
-// must be left for the take (0 = any). Returns {granted, microseconds to
-// wait before the call (denied: until a token is due), tokens left * 1000}.
-// Numbers are formatted with %.0f: Lua's default %.14g would round a
-// microsecond timestamp.
+// must be left for the take (0 = any), tokens this node spent on its own
+// while Redis was away (its debt: charged first, at most a burst). Returns
+// {granted, microseconds to wait before the call (denied: until a token is
+// due), tokens left * 1000, 1 if the stored TAT was out of bounds and
+// reset}. A TAT more than two bursts ahead (debt included) cannot come from
+// takes: it was written by someone else (SET edge:budget 99999999999) and
+// is reset rather than obeyed. Numbers are formatted with %.0f: Lua's
+// default %.14g would round a microsecond timestamp.
 var gcra = rueidis.NewLuaScript(`
 local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local tat = tonumber(redis.call("GET", KEYS[1])) or now
+local reset = 0
+if tat ~= tat or tat > now + 2 * burst * interval + 1000000 then
+  tat = now
+  reset = 1
+end
 if tat < now then tat = now end
+local debt = math.min(tonumber(ARGV[5]), burst)
+if debt > 0 then
+  tat = math.min(tat + debt * interval, now + 2 * burst * interval)
+  redis.call("SET", KEYS[1], string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000) + 1)
+end
 local tokens = burst - (tat - now) / interval
 local delay = tat + interval - burst * interval - now
 local need = tonumber(ARGV[4])
 if delay > tonumber(ARGV[3]) or (need > 0 and tokens < need) then
-  return {0, math.max(delay, 0), math.floor(tokens * 1000)}
+  return {0, math.max(delay, 0), math.floor(tokens * 1000), reset}
 end
 tat = tat + interval
 redis.call("SET", KEYS[1], string.format("%.0f", tat), "PX", math.ceil((tat - now) / 1000) + 1)
-return {1, math.max(delay, 0), math.floor((tokens - 1) * 1000)}
+return {1, math.max(delay, 0), math.floor((tokens - 1) * 1000), reset}
 `)
 
 var errReply = errors.New("budget script: unexpected reply")
@@ -47,6 +61,16 @@ var errReply = errors.New("budget script: unexpected reply")
 // Budget is the upstream quota shared by the fleet (it implements
 // proxy.Budget). While Redis is down, the node spends a local bucket of
 // LocalShare of the rate and burst instead.
+//
+// How Redis coming and going is kept from multiplying the quota: the local
+// bucket is drained in step with the node's shared takes, so an outage
+// starts with what the node's share refilled, not a fresh local burst; and
+// what the node spent alone is its debt, charged to the shared bucket at
+// its first take after Redis answers again (at most a burst at a time), so
+// the shared bucket does not also hand out the tokens that filled it while
+// no node could take from it. Over any span the fleet spends at most rate x
+// span + burst + the debt of the last outage, not yet charged: the nodes'
+// local shares times that outage (TestFleetBudgetHoldsWhileRedisFlaps).
 type Budget struct {
 	r      *Redis
 	key    string
@@ -54,6 +78,7 @@ type Budget struct {
 	burst  atomic.Int64
 	tokens atomic.Uint64 // float64 bits: tokens left after the last shared take
 	local  *rate.Limiter
+	debt   atomic.Int64 // tokens taken locally and not yet charged to the shared bucket
 }
 
 func newBudget(r *Redis) *Budget {
@@ -81,20 +106,34 @@ func (b *Budget) Take(wait time.Duration, background bool) (bool, time.Duration)
 		wait, need = 0, max(1, float64(burst)/4)
 	}
 	interval := 1e6 / math.Float64frombits(b.rate.Load())
+	// The debt is taken off before the script runs: a script that timed
+	// out here may still run in Redis (a paused Redis runs what it queued),
+	// and charging the same debt twice would starve the fleet. Only a
+	// failure that did not reach Redis gives it back.
+	debt := min(b.debt.Load(), burst)
+	b.debt.Add(-debt)
 	ctx, cancel := context.WithTimeout(context.Background(), b.r.cfg.Timeout)
 	v, err := gcra.Exec(ctx, c, []string{b.key}, []string{
 		strconv.FormatFloat(interval, 'f', 3, 64),
 		strconv.FormatInt(burst, 10),
 		strconv.FormatInt(wait.Microseconds(), 10),
 		strconv.FormatFloat(need, 'f', 3, 64),
+		strconv.FormatInt(debt, 10),
 	}).AsIntSlice()
 	cancel()
-	if err == nil && len(v) != 3 {
+	if err == nil && len(v) != 4 {
 		err = errReply
 	}
 	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) && !isTimeout(err) {
+			b.debt.Add(debt)
+		}
 		b.r.result(opRate, err)
 		return b.takeLocal(wait, background)
+	}
+	if v[3] == 1 {
+		b.r.rejected("budget")
+		b.r.log.Warn("shared budget key held an impossible value; reset", "key", b.key)
 	}
 	b.tokens.Store(math.Float64bits(float64(v[2]) / 1000))
 	delay := time.Duration(v[1]) * time.Microsecond
@@ -106,6 +145,9 @@ func (b *Budget) Take(wait time.Duration, background bool) (bool, time.Duration)
 		return false, delay
 	}
 	b.r.requests[opRate][outOK].Inc()
+	// The local bucket spends in step, so that an outage finds it holding
+	// only what the node's share refilled meanwhile.
+	b.local.AllowN(time.Now(), 1)
 	if delay > 0 {
 		time.Sleep(delay)
 	}
@@ -120,7 +162,11 @@ func (b *Budget) takeLocal(wait time.Duration, background bool) (bool, time.Dura
 		if b.local.TokensAt(now) < max(1, float64(b.local.Burst())/4) {
 			return false, time.Second
 		}
-		return b.local.AllowN(now, 1), 0
+		if !b.local.AllowN(now, 1) {
+			return false, time.Second
+		}
+		b.debt.Add(1)
+		return true, 0
 	}
 	res := b.local.ReserveN(now, 1)
 	if !res.OK() {
@@ -131,6 +177,7 @@ func (b *Budget) takeLocal(wait time.Duration, background bool) (bool, time.Dura
 		res.CancelAt(now)
 		return false, d
 	}
+	b.debt.Add(1)
 	if d > 0 {
 		time.Sleep(d)
 	}

@@ -61,7 +61,7 @@ func encode(e *cache.Entry) []byte {
 
 // decode parses a value written by encode. b is owned by the entry from
 // then on (the gzip payload aliases it).
-func decode(b []byte) (*cache.Entry, error) {
+func decode(b []byte, maxBody int) (*cache.Entry, error) {
 	if len(b) == 0 || b[0] != formatVersion {
 		return nil, errVersion
 	}
@@ -90,10 +90,13 @@ func decode(b []byte) (*cache.Entry, error) {
 	}
 	e.Key, e.ETag = string(key), etag
 	if flags&flagGzip == 0 {
+		if len(rest) > maxBody {
+			return nil, fmt.Errorf("body of %d bytes, more than %d", len(rest), maxBody)
+		}
 		e.Body = rest
 		return e, nil
 	}
-	body, err := gunzip(rest)
+	body, err := gunzip(rest, maxBody)
 	if err != nil {
 		return nil, fmt.Errorf("entry gzip: %w", err)
 	}
@@ -116,13 +119,26 @@ func field(b []byte) (f, rest []byte, ok bool) {
 // module in already.
 var gzipReaders sync.Pool // *gzip.Reader
 
-// maxBody bounds what a value may inflate to (upstream.max_response_bytes
-// is far below it); a corrupt trailer must not allocate gigabytes.
-const maxBody = 64 << 20
+// gzipMaxRatio is the most deflate can expand: about 1032:1. A value whose
+// trailer claims more than that of its own size lies; its buffer is never
+// sized from the claim.
+const gzipMaxRatio = 1032
 
-// gunzip inflates z into a buffer sized from the gzip trailer (RFC 1952
-// ISIZE: the input size mod 2^32), so the body is one allocation.
-func gunzip(z []byte) ([]byte, error) {
+// gunzip inflates z, at most maxBody bytes. The buffer is sized from the
+// gzip trailer (RFC 1952 ISIZE), so a body is one allocation, but never
+// beyond what z could inflate to or maxBody: a 60-byte value claiming
+// 64 MiB allocates nothing of the sort.
+func gunzip(z []byte, maxBody int) ([]byte, error) {
+	if len(z) < 4 {
+		return nil, io.ErrUnexpectedEOF
+	}
+	size := binary.LittleEndian.Uint32(z[len(z)-4:])
+	if int64(size) > int64(maxBody) {
+		return nil, fmt.Errorf("declares %d bytes, more than %d", size, maxBody)
+	}
+	if int64(size) > int64(len(z))*gzipMaxRatio {
+		return nil, fmt.Errorf("declares %d bytes from %d: more than deflate can make", size, len(z))
+	}
 	zr, _ := gzipReaders.Get().(*gzip.Reader)
 	var err error
 	if zr == nil {
@@ -134,13 +150,6 @@ func gunzip(z []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer gzipReaders.Put(zr)
-	if len(z) < 4 {
-		return nil, io.ErrUnexpectedEOF
-	}
-	size := binary.LittleEndian.Uint32(z[len(z)-4:])
-	if size > maxBody {
-		return nil, fmt.Errorf("inflates to %d bytes", size)
-	}
 	body := make([]byte, size)
 	if _, err := io.ReadFull(zr, body); err != nil {
 		return nil, err

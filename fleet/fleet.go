@@ -47,6 +47,9 @@ type Config struct {
 	Rate       float64
 	Burst      int
 	LocalShare float64
+	// MaxBody bounds the body an entry read from Redis may hold or inflate
+	// to (upstream.max_response_bytes); a larger one is a miss. 0 = 8 MiB.
+	MaxBody int
 	// Backoff is how long a node leaves Redis alone after a failure before
 	// probing it again. 0 = one second.
 	Backoff time.Duration
@@ -64,7 +67,7 @@ func ConfigOf(c config.Config) Config {
 	return Config{
 		Addrs: addrs, Username: s.RedisUsername, Password: s.RedisPassword, TLS: s.RedisTLS, Cluster: s.RedisCluster,
 		Timeout: s.Timeout, LockTTL: s.LockTTL, LockWait: s.LockWait, Prefix: s.Prefix,
-		Rate: c.Upstream.Rate, Burst: c.Upstream.Burst, LocalShare: s.LocalShare,
+		Rate: c.Upstream.Rate, Burst: c.Upstream.Burst, LocalShare: s.LocalShare, MaxBody: c.Upstream.MaxResponseBytes,
 	}
 }
 
@@ -130,6 +133,9 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = time.Second
 	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 8 << 20
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -174,6 +180,9 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
 	}
 	return r, nil
 }
+
+// rejected counts a value read from Redis that the edge refused.
+func (r *Redis) rejected(reason string) { r.m.SharedRejected.WithLabelValues(reason).Inc() }
 
 // Budget is the fleet's shared upstream budget (proxy.Options.Budget).
 func (r *Redis) Budget() *Budget { return r.budget }
@@ -330,11 +339,14 @@ func (r *Redis) GetMany(keys []string, now time.Time) []*cache.Entry {
 
 // entry decodes a stored value of key; one it cannot read is a miss.
 func (r *Redis) entry(key string, b []byte) *cache.Entry {
-	e, err := decode(b)
+	e, err := decode(b, r.cfg.MaxBody)
 	if err == nil && e.Key != key {
 		err = errors.New("entry holds another key")
 	}
 	if err != nil {
+		if !errors.Is(err, errVersion) { // another version's entry is no attack
+			r.rejected("entry")
+		}
 		r.log.Debug("shared entry unreadable; treated as a miss", "key", key, "err", err)
 		return nil
 	}
@@ -361,6 +373,13 @@ func (r *Redis) Set(e *cache.Entry, now time.Time) {
 // release deletes a lock only while it still holds our token: a holder
 // slower than lock_ttl must not free the lock of the node that took over.
 var release = rueidis.NewLuaScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// boundLock deletes a lock without an expiry and shortens one longer than
+// lock_ttl (ARGV[1], milliseconds), atomically.
+var boundLock = rueidis.NewLuaScript(`local t = redis.call("PTTL", KEYS[1])
+if t == -1 then return redis.call("DEL", KEYS[1]) end
+if t > tonumber(ARGV[1]) then return redis.call("PEXPIRE", KEYS[1], ARGV[1]) end
+return 0`)
 
 func noUnlock() {}
 
@@ -421,12 +440,23 @@ func (r *Redis) tryLock(c rueidis.Client, lk, ek, key, token string) (held bool,
 	defer cancel()
 	res := c.DoMulti(ctx,
 		c.B().Set().Key(lk).Value(token).Nx().Px(r.cfg.LockTTL).Build(),
-		c.B().Get().Key(ek).Build())
+		c.B().Get().Key(ek).Build(),
+		c.B().Pttl().Key(lk).Build())
 	err := res[0].Error()
 	if !r.result(opLock, err) {
 		return false, nil, false
 	}
 	held = err == nil
+	// Every lock a node sets expires within lock_ttl. One without an
+	// expiry, or with a longer one, was written by someone else and would
+	// hold every node's fetch of this key for lock_wait: it is bounded.
+	if ttl, perr := res[2].AsInt64(); !held && perr == nil && (ttl == -1 || ttl > r.cfg.LockTTL.Milliseconds()) {
+		r.rejected("lock")
+		r.log.Warn("shared fetch lock without a bounded expiry; repaired", "key", lk)
+		ctx2, cancel2 := context.WithTimeout(context.Background(), r.cfg.Timeout)
+		boundLock.Exec(ctx2, c, []string{lk}, []string{strconv.FormatInt(r.cfg.LockTTL.Milliseconds(), 10)})
+		cancel2()
+	}
 	b, err := res[1].AsBytes()
 	if !r.result(opGet, err) {
 		if held {

@@ -73,6 +73,7 @@ type Metrics struct {
 	SharedUp       prometheus.Gauge
 	SharedRequests *prometheus.CounterVec // {op,outcome}
 	SharedLockWait *prometheus.CounterVec // {outcome}
+	SharedRejected *prometheus.CounterVec // {reason}: what Redis held that the edge would not take
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
 
 	// The listeners, by listener (public, admin).
@@ -137,6 +138,8 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "1 when the shared tier (Redis) answers, 0 when the node goes on alone; absent in single-node mode."})
 	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
 		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
+	m.SharedRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_rejected_total",
+		Help: "Values read from Redis that the edge refused, by reason (entry: not a valid answer, its sizes or times out of bounds; budget: an impossible budget state, reset; lock: a fetch lock without an expiry, repaired). A rejected entry is a miss."}, []string{"reason"})
 	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
 		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
 	m.AcceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "accept_errors_total",
@@ -206,9 +209,15 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	return m
 }
 
+// SharedRejectReasons are the reason label values of shared_rejected_total.
+var SharedRejectReasons = []string{"entry", "budget", "lock"}
+
 // RegisterShared adds the shared-tier families (fleet mode only).
 func (m *Metrics) RegisterShared() {
-	m.Registry.MustRegister(m.SharedUp, m.SharedRequests, m.SharedLockWait)
+	m.Registry.MustRegister(m.SharedUp, m.SharedRequests, m.SharedLockWait, m.SharedRejected)
+	for _, r := range SharedRejectReasons {
+		m.SharedRejected.WithLabelValues(r)
+	}
 	for _, op := range []string{"get", "set", "lock", "rate"} {
 		for _, o := range []string{"ok", "miss", "error", "timeout"} {
 			m.SharedRequests.WithLabelValues(op, o)

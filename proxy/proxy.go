@@ -79,7 +79,7 @@ type Options struct {
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tier: o.Tier,
+	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now,
 		final: map[string]*atomic.Int64{}, refreshing: map[string]struct{}{}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -87,6 +87,9 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	s, err := newSettings(cfg, o.Metrics)
 	if err != nil {
 		return nil, err
+	}
+	if o.Tier != nil {
+		p.tier = checkedTier{Tier: o.Tier, p: p}
 	}
 	for _, c := range s.chains {
 		p.final[c] = new(atomic.Int64)

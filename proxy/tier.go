@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"encoding/json"
+	"strings"
 	"time"
 
 	"explorer-edge/cache"
@@ -23,4 +25,80 @@ type Tier interface {
 	// it, Lock waits (bounded) for that node's answer and returns it as
 	// filled. unlock is never nil.
 	Lock(key string, now func() time.Time) (unlock func(), filled *cache.Entry)
+}
+
+// checkedTier admits what the shared tier returns as the upstream's
+// answers are admitted: whoever can write to Redis must not own the fleet.
+// An entry is taken only when its body is what the edge would have stored
+// (an envelope with code "0", or a per-hash item of JSON records, within
+// upstream.max_response_bytes), and its times are no more generous than
+// this node's configuration gives its class: stored no later than now,
+// fresh for at most its class's TTL, stale windows at most the configured
+// ones. Its ETag is computed again from its body (a header value must not
+// come from Redis). Anything else is a miss, counted in
+// shared_rejected_total{reason="entry"}.
+type checkedTier struct {
+	Tier
+	p *Proxy
+}
+
+func (t checkedTier) Get(key string, now time.Time) *cache.Entry {
+	return t.p.admitShared(t.Tier.Get(key, now))
+}
+
+func (t checkedTier) GetMany(keys []string, now time.Time) []*cache.Entry {
+	entries := t.Tier.GetMany(keys, now)
+	for i, e := range entries {
+		entries[i] = t.p.admitShared(e)
+	}
+	return entries
+}
+
+func (t checkedTier) Lock(key string, now func() time.Time) (func(), *cache.Entry) {
+	unlock, e := t.Tier.Lock(key, now)
+	return unlock, t.p.admitShared(e)
+}
+
+// admitShared returns e made safe to serve, or nil.
+func (p *Proxy) admitShared(e *cache.Entry) *cache.Entry {
+	if e == nil {
+		return nil
+	}
+	if why := p.checkShared(e); why != "" {
+		p.metrics.SharedRejected.WithLabelValues("entry").Inc()
+		p.log.Debug("shared entry refused; a miss", "key", e.Key, "why", why)
+		return nil
+	}
+	return e
+}
+
+// checkShared says what is wrong with e ("" if nothing), and clamps its
+// times and recomputes its ETag.
+func (p *Proxy) checkShared(e *cache.Entry) string {
+	s := p.settings.Load()
+	if len(e.Body) > s.cfg.Upstream.MaxResponseBytes || e.Status != 0 {
+		return "size or status"
+	}
+	var r *route
+	if strings.HasPrefix(e.Key, "hash|") {
+		r = &routes[routeTransactionMulti]
+		if len(e.Body) > 0 && !json.Valid(wrapData(e.Body)) {
+			return "records are not JSON"
+		}
+	} else {
+		path, _, _ := strings.Cut(e.Key, "?")
+		if r = routeByPath([]byte(path)); r == nil {
+			return "no route"
+		}
+		if code, err := envelopeCode(e.Body); err != nil || code != "0" {
+			return "not an answer of code 0"
+		}
+	}
+	now := p.clock().UnixNano()
+	e.Stored = min(e.Stored, now)
+	e.Fresh = min(e.Fresh, e.Stored+int64(p.ttlFor(s, r, e.Class)))
+	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(classWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
+	e.StaleIfError = min(e.StaleIfError, int64(s.cfg.Cache.StaleIfError))
+	e.ComputeETag()
+	return ""
 }
