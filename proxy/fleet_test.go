@@ -326,6 +326,9 @@ func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
 	h.clock.Advance(5 * time.Second) // stale, within stale_while_revalidate
 	late := startFleetEdge(h)
 	before := h.upstreamCalls()
+	// The refresh must not finish while the 20 are answered (a -race run
+	// with one CPU saw it do so): the upstream takes its time.
+	h.sim.SetFaults(sim.Faults{Latency: 500 * time.Millisecond})
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -338,6 +341,7 @@ func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	h.sim.ClearFaults()
 	key := cacheKey(t, late.p, target)
 	testkit.WaitFor(t, "the refresh", func() bool {
 		return late.cache.GetString(key).StateAt(h.clock.Now().UnixNano()) == cache.Fresh
