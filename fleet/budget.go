@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"golang.org/x/time/rate"
+
+	"explorer-edge/quota"
 )
 
 // gcra is the fleet's token bucket as a generic cell rate algorithm
@@ -77,13 +78,13 @@ type Budget struct {
 	rate   atomic.Uint64 // float64 bits: tokens per second, whole fleet
 	burst  atomic.Int64
 	tokens atomic.Uint64 // float64 bits: tokens left after the last shared take
-	local  *rate.Limiter
+	local  *quota.Bucket
 	debt   atomic.Int64 // tokens taken locally and not yet charged to the shared bucket
 }
 
 func newBudget(r *Redis) *Budget {
 	b := &Budget{r: r, key: r.cfg.Prefix + "budget",
-		local: rate.NewLimiter(rate.Limit(r.cfg.Rate*r.cfg.LocalShare), localBurst(r.cfg.Burst, r.cfg.LocalShare))}
+		local: quota.New(r.cfg.Rate*r.cfg.LocalShare, localBurst(r.cfg.Burst, r.cfg.LocalShare))}
 	b.rate.Store(math.Float64bits(r.cfg.Rate))
 	b.burst.Store(int64(r.cfg.Burst))
 	b.tokens.Store(math.Float64bits(float64(r.cfg.Burst)))
@@ -147,41 +148,21 @@ func (b *Budget) Take(wait time.Duration, background bool) (bool, time.Duration)
 	b.r.requests[opRate][outOK].Inc()
 	// The local bucket spends in step, so that an outage finds it holding
 	// only what the node's share refilled meanwhile.
-	b.local.AllowN(time.Now(), 1)
+	b.local.Spend()
 	if delay > 0 {
 		time.Sleep(delay)
 	}
 	return true, 0
 }
 
-// takeLocal is the node's own bucket, with the rules of the proxy's
-// single-node budget.
+// takeLocal is the node's own bucket (package quota, the single node's
+// rules); what it grants is the node's debt to the shared bucket.
 func (b *Budget) takeLocal(wait time.Duration, background bool) (bool, time.Duration) {
-	now := time.Now()
-	if background {
-		if b.local.TokensAt(now) < max(1, float64(b.local.Burst())/4) {
-			return false, time.Second
-		}
-		if !b.local.AllowN(now, 1) {
-			return false, time.Second
-		}
+	ok, retry := b.local.Take(wait, background)
+	if ok {
 		b.debt.Add(1)
-		return true, 0
 	}
-	res := b.local.ReserveN(now, 1)
-	if !res.OK() {
-		return false, time.Second
-	}
-	d := res.DelayFrom(now)
-	if d > wait {
-		res.CancelAt(now)
-		return false, d
-	}
-	b.debt.Add(1)
-	if d > 0 {
-		time.Sleep(d)
-	}
-	return true, 0
+	return ok, retry
 }
 
 // Tokens is what the fleet's bucket held after this node's last take, or
@@ -198,6 +179,5 @@ func (b *Budget) Tokens() float64 {
 func (b *Budget) SetRate(perSecond float64, burst int) {
 	b.rate.Store(math.Float64bits(perSecond))
 	b.burst.Store(int64(burst))
-	b.local.SetLimit(rate.Limit(perSecond * b.r.cfg.LocalShare))
-	b.local.SetBurst(localBurst(burst, b.r.cfg.LocalShare))
+	b.local.SetRate(perSecond*b.r.cfg.LocalShare, localBurst(burst, b.r.cfg.LocalShare))
 }
