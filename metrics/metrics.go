@@ -74,6 +74,7 @@ type Metrics struct {
 	SharedRequests *prometheus.CounterVec // {op,outcome}
 	SharedLockWait *prometheus.CounterVec // {outcome}
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
+	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
 
 	// The listeners, by listener (public, admin).
 	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
@@ -81,6 +82,9 @@ type Metrics struct {
 	ConnsOpen    *prometheus.GaugeVec   // {listener}
 	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
 }
+
+// PurgeSelectors are the selector label values of purges_total.
+var PurgeSelectors = []string{"url", "hash", "heights", "route", "all"}
 
 // Listeners are the listener label values; Reasons the refusal reasons of
 // connections_refused_total.
@@ -151,6 +155,14 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
 		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
 	reg.MustRegister(m.LogSuppressed)
+	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
+		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
+	reg.MustRegister(m.Purges)
+	for _, s := range PurgeSelectors {
+		for _, mode := range []string{"hard", "soft"} {
+			m.Purges.WithLabelValues(s, mode)
+		}
+	}
 
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)

@@ -33,6 +33,7 @@ type settings struct {
 	auth        *admission
 	memo        *uriMemo    // what raw URIs parsed to under these settings
 	cors        *corsPolicy // nil: no CORS headers
+	purgeToken  *[32]byte   // digest of admin.purge_token; nil: purge is off
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -46,6 +47,7 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
 	final    map[string]*atomic.Int64
+	chains   []string // upper case, in configured order: the chain tags (tags.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -89,6 +91,8 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	for _, c := range s.chains {
 		p.final[c] = new(atomic.Int64)
 	}
+	p.chains = s.chains
+	p.cache.SetTagger(p.tagEntry)
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Budget); err != nil {
@@ -109,6 +113,9 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 		s.ttl[i] = cfg.Cache.TTL[routes[i].name]
 	}
 	var err error
+	if s.purgeToken, err = purgeTokenOf(cfg.Admin); err != nil {
+		return nil, err
+	}
 	s.auth, err = newAdmission(cfg.Auth, m)
 	return s, err
 }
