@@ -175,6 +175,7 @@ type Cache struct {
 	mu        sync.Mutex
 	live      []*Entry // the entries counted in: the purge index (tags.go)
 	tagger    atomic.Pointer[Tagger]
+	gate      atomic.Pointer[Gate]
 	bytes     atomic.Int64
 	entries   atomic.Int64
 	evictions atomic.Int64
@@ -241,6 +242,9 @@ func (c *Cache) Set(e *Entry, now time.Time) {
 		return
 	}
 	c.tag(e)
+	if e = c.admit(e); e == nil {
+		return
+	}
 	if !c.r.SetWithTTL(e.Key, e, e.Cost(), keep) {
 		return
 	}

@@ -69,6 +69,49 @@ func (c *Cache) SetTagger(f Tagger) {
 	c.tagger.Store(&f)
 }
 
+// A Gate judges an entry as it is stored, after tagging: drop (a hard
+// purge selected it since its answer was fetched: the answer was in flight
+// when the purge ran), or a time from which it is stale (a soft purge did),
+// 0 for none. It runs on the miss path and must not call the cache.
+type Gate func(e *Entry) (drop bool, staleFrom int64)
+
+// SetGate installs the gate of Set; nil: every entry is stored as is.
+func (c *Cache) SetGate(g Gate) {
+	if g == nil {
+		c.gate.Store(nil)
+		return
+	}
+	c.gate.Store(&g)
+}
+
+// admit is what Set stores for e: e, a copy stale from the gate's time, or
+// nil.
+func (c *Cache) admit(e *Entry) *Entry {
+	g := c.gate.Load()
+	if g == nil {
+		return e
+	}
+	drop, from := (*g)(e)
+	switch {
+	case drop:
+		return nil
+	case from != 0 && from < e.Fresh:
+		return c.staleCopy(e, from)
+	}
+	return e
+}
+
+// staleCopy is a copy of e that is fresh until at, no longer; its stale
+// windows count from there. The bytes are shared: entries never change.
+func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
+	c.mu.Lock()
+	cp := *e
+	c.mu.Unlock()
+	cp.held, cp.slot = false, -1
+	cp.Fresh = min(cp.Fresh, at)
+	return &cp
+}
+
 // tag sets e's tags once, before e is stored. The entry may already be
 // shared (a flight hands it to every waiter), so the tags are written
 // under mu and never again.
@@ -204,13 +247,8 @@ func (c *Cache) apply(entries []*Entry, soft bool, now time.Time) {
 		if e.Fresh <= ns {
 			continue // stale already
 		}
-		c.mu.Lock()
-		cp := *e
-		c.mu.Unlock()
-		cp.held, cp.slot = false, -1
-		cp.Fresh = ns
 		if c.GetString(e.Key) == e {
-			c.Set(&cp, now)
+			c.Set(c.staleCopy(e, ns), now)
 		}
 	}
 }

@@ -48,6 +48,7 @@ type Proxy struct {
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
 	final    map[string]*atomic.Int64
 	chains   []string // upper case, in configured order: the chain tags (tags.go)
+	purges   purgeLog // recent purges, judging answers stored after them (purgelog.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -93,6 +94,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.chains = s.chains
 	p.cache.SetTagger(p.tagEntry)
+	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Budget); err != nil {

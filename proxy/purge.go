@@ -325,6 +325,20 @@ func (p *Proxy) purgeMemory(sel *selector, now time.Time) int {
 	return p.cache.Purge(sel.match, sel.soft, now)
 }
 
+// inflight bounds how long an answer can be on its way from the upstream
+// to the cache: all attempts of a call (upstream.retry_max_time), the wait
+// for a token (budget_wait) and one more attempt's timeout, plus a second.
+func (p *Proxy) inflight() time.Duration {
+	u := p.settings.Load().cfg.Upstream
+	return u.RetryMaxTime + u.BudgetWait + u.Timeout + time.Second
+}
+
+// gate is the cache's Gate: an answer that was on its way when a purge
+// selecting it ran is judged by that purge as it is stored.
+func (p *Proxy) gate(e *cache.Entry) (drop bool, staleFrom int64) {
+	return p.purges.verdict(e, p.clock().Add(-p.inflight()).UnixNano())
+}
+
 // purgeTokenOf is the digest of the purge token in force; nil: purge is
 // off. Digests of equal length are compared, so the time of a comparison
 // tells nothing about the token's length.
@@ -358,7 +372,10 @@ func (p *Proxy) servePurge(ctx *fasthttp.RequestCtx) {
 	}
 	sum := sha256.Sum256(bytes.TrimSpace(auth[7:]))
 	if subtle.ConstantTimeCompare(sum[:], s.purgeToken[:]) != 1 {
-		p.log.Warn("purge refused: wrong token", "caller", ctx.RemoteAddr().String())
+		// Sampled: whoever reaches the admin port can repeat it at will.
+		if ok, suppressed := p.sampleWarn(repeatKey{msg: "purge refused: wrong token"}); ok {
+			p.log.Warn("purge refused: wrong token", "caller", ctx.RemoteAddr().String(), "suppressed", suppressed)
+		}
 		adminError(ctx, errPurgeBadToken)
 		return
 	}
@@ -392,9 +409,12 @@ type purgeResult struct {
 	Redis    int    `json:"redis"`  // entries of the shared tier found by key (fleet mode)
 }
 
-// purge applies sel to this node and counts it.
+// purge applies sel to this node and counts it. The purge is logged
+// first: an answer stored while the cache is scanned is judged by it.
 func (p *Proxy) purge(sel *selector) purgeResult {
-	n := p.purgeMemory(sel, p.clock())
+	now := p.clock()
+	p.purges.add(purgeRecord{at: now.UnixNano(), sel: sel}, now.Add(-p.inflight()).UnixNano())
+	n := p.purgeMemory(sel, now)
 	p.metrics.Purges.WithLabelValues(sel.kind.String(), sel.mode()).Inc()
 	return purgeResult{Selector: sel.kind.String(), Mode: sel.mode(), Memory: n}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/valyala/fasthttp"
 
+	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
@@ -434,5 +435,42 @@ func TestPurgeTokenFileIsReadOnReload(t *testing.T) {
 	}
 	if r := h.purgeAs("Bearer "+newer, `{"all":true}`); r.status != 404 {
 		t.Fatalf("purge after the token was removed: %d %s, want 404", r.status, r.body)
+	}
+}
+
+// An answer on its way from the upstream when a purge selecting it runs is
+// judged by the purge as it is stored: not kept (hard), or kept stale
+// (soft). Without that, a refresh in flight undid the purge.
+func TestPurgeDuringAFetch(t *testing.T) {
+	for _, soft := range []bool{false, true} {
+		t.Run(fmt.Sprintf("soft=%v", soft), func(t *testing.T) {
+			h := newHarness(t, withPurgeToken)
+			target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=7"
+			h.sim.SetFaults(sim.Faults{Latency: 500 * time.Millisecond})
+			before := h.upstreamCalls()
+			done := make(chan resp)
+			go func() { done <- h.get(target) }()
+			testkit.WaitFor(t, "the fetch to reach the upstream", func() bool { return h.upstreamCalls() > before })
+			h.clock.Advance(time.Millisecond) // the purge runs after the question left
+			h.purge(fmt.Sprintf(`{"heights":{"chain":"chainx","from":0,"to":%d},"soft":%v}`, h.sim.Head("CHAINX")+10, soft))
+			if r := <-done; r.status != 200 {
+				t.Fatalf("the request in flight: %d %s", r.status, r.body)
+			}
+			e := h.cache.GetString(cacheKey(t, h.p, target))
+			switch {
+			case !soft && e != nil:
+				t.Fatal("an answer fetched before a hard purge was kept after it")
+			case soft && e.StateAt(h.clock.Now().UnixNano()) != cache.Stale:
+				t.Fatalf("an answer fetched before a soft purge: %v, want kept stale", e.StateAt(h.clock.Now().UnixNano()))
+			}
+			h.sim.ClearFaults()
+			// Answers asked after the purge are kept as they come.
+			h.clock.Advance(time.Millisecond)
+			h.purge(`{"url":"` + target + `"}`)
+			h.get(target)
+			if e := h.cache.GetString(cacheKey(t, h.p, target)); e.StateAt(h.clock.Now().UnixNano()) != cache.Fresh {
+				t.Fatal("an answer asked after the purge is not kept fresh")
+			}
+		})
 	}
 }

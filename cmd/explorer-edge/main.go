@@ -31,6 +31,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "purge" {
+		os.Exit(purgeCmd(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	path := flag.String("config", "config.yaml", "configuration file (YAML); EDGE_* environment variables override it")
 	check := flag.Bool("check-config", false, "validate the configuration, list every problem, exit 0 or 1")
 	flag.Parse()
