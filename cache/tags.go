@@ -220,11 +220,12 @@ func (c *Cache) Purge(match func(e *Entry) bool, soft bool, now time.Time) int {
 	return len(hit)
 }
 
-// PurgeKeys is Purge for the entries of known keys.
-func (c *Cache) PurgeKeys(keys []string, soft bool, now time.Time) int {
+// PurgeKeys is Purge for the entries of known keys; match, if not nil,
+// must hold too.
+func (c *Cache) PurgeKeys(keys []string, match func(e *Entry) bool, soft bool, now time.Time) int {
 	var hit []*Entry
 	for _, k := range keys {
-		if e := c.GetString(k); e != nil {
+		if e := c.GetString(k); e != nil && (match == nil || match(e)) {
 			hit = append(hit, e)
 		}
 	}

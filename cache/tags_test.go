@@ -68,7 +68,7 @@ func TestPurgeHardAndSoft(t *testing.T) {
 	if c.Entries() != 90 || c.indexLen() != 90 {
 		t.Fatalf("entries %d, index %d after the soft purge; want 90, 90", c.Entries(), c.indexLen())
 	}
-	if n := c.PurgeKeys([]string{"h50", "h51", "nope"}, false, later); n != 2 || c.GetString("h50") != nil {
+	if n := c.PurgeKeys([]string{"h50", "h51", "nope"}, nil, false, later); n != 2 || c.GetString("h50") != nil {
 		t.Fatalf("purge by key matched %d", n)
 	}
 	if n := c.Purge(func(*Entry) bool { return true }, false, later); n != 88 || c.Entries() != 0 || c.indexLen() != 0 {

@@ -47,8 +47,9 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
 	final    map[string]*atomic.Int64
-	chains   []string // upper case, in configured order: the chain tags (tags.go)
-	purges   purgeLog // recent purges, judging answers stored after them (purgelog.go)
+	chains   []string   // upper case, in configured order: the chain tags (tags.go)
+	purges   purgeLog   // recent purges, judging answers stored after them (purgelog.go)
+	fleet    purgeFleet // the shared tier's purge log; nil on a single node (purgefleet.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -102,6 +103,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
+	p.joinFleet()
 	return p, nil
 }
 

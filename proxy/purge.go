@@ -52,6 +52,9 @@ type selector struct {
 	hash     uint64   // hash: digest
 	from, to int64    // heights, inclusive
 	routes   uint32   // route: bit per route tag
+	// before: only entries whose answers are older (unix ns); 0 = any. A
+	// purge from another node spares what this node fetched after it.
+	before int64
 	// req is the request as normalized (chain names in upper case, the
 	// url's key): what is logged and what the fleet passes on.
 	req purgeRequest
@@ -60,6 +63,9 @@ type selector struct {
 // match reports whether e is selected. It runs under the cache's lock, on
 // every entry for all but url: plain comparisons only.
 func (s *selector) match(e *cache.Entry) bool {
+	if s.before != 0 && e.Stored >= s.before {
+		return false
+	}
 	t := &e.Tags
 	switch s.kind {
 	case purgeURL:
@@ -320,7 +326,7 @@ func (p *Proxy) selectRoute(sel *selector, req *purgeRequest, s *settings) *Erro
 // affected.
 func (p *Proxy) purgeMemory(sel *selector, now time.Time) int {
 	if sel.kind == purgeURL {
-		return p.cache.PurgeKeys(sel.keys, sel.soft, now)
+		return p.cache.PurgeKeys(sel.keys, sel.match, sel.soft, now)
 	}
 	return p.cache.Purge(sel.match, sel.soft, now)
 }
@@ -383,14 +389,20 @@ func (p *Proxy) servePurge(ctx *fasthttp.RequestCtx) {
 		adminError(ctx, errPurgeMethod)
 		return
 	}
-	sel, err := p.parsePurge(ctx.PostBody(), s)
-	if err != nil {
-		adminError(ctx, err)
+	sel, perr := p.parsePurge(ctx.PostBody(), s)
+	if perr != nil {
+		adminError(ctx, perr)
 		return
 	}
-	res := p.purge(sel)
+	res, err := p.purge(sel)
 	p.log.Info("purge", "selector", sel.kind.String(), "value", sel.describe(), "mode", sel.mode(),
-		"memory", res.Memory, "redis", res.Redis, "caller", ctx.RemoteAddr().String())
+		"memory", res.Memory, "redis", res.Redis, "fleet", res.Fleet, "seq", res.Seq, "caller", ctx.RemoteAddr().String())
+	if err != nil {
+		p.log.Warn("purge not passed on to the fleet: the shared tier did not answer", "err", err)
+		adminError(ctx, &Error{Status: 503, Code: "50001", Msg: "Purged this node only (" + strconv.Itoa(res.Memory) +
+			" entries in memory): the shared tier did not answer, so the other nodes were not told; retry"})
+		return
+	}
 	out, _ := json.Marshal(struct {
 		Code string        `json:"code"`
 		Msg  string        `json:"msg"`
@@ -406,17 +418,31 @@ type purgeResult struct {
 	Selector string `json:"selector"`
 	Mode     string `json:"mode"`
 	Memory   int    `json:"memory"` // entries of this node's cache
-	Redis    int    `json:"redis"`  // entries of the shared tier found by key (fleet mode)
+	// Redis counts the shared tier's entries found by key (those of a url,
+	// a hash's own entry): deleted (hard) or there to be read as stale
+	// (soft). Entries found by tags are judged as each node reads them.
+	Redis int   `json:"redis"`
+	Fleet bool  `json:"fleet"`         // passed on to every node (fleet mode)
+	Seq   int64 `json:"seq,omitempty"` // the record's number in the fleet's purge log
 }
 
-// purge applies sel to this node and counts it. The purge is logged
-// first: an answer stored while the cache is scanned is judged by it.
-func (p *Proxy) purge(sel *selector) purgeResult {
+// purge applies sel to this node, passes it on to the fleet, and counts
+// it. The purge is logged first: an answer stored while the cache is
+// scanned is judged by it. The error says the fleet was not told.
+func (p *Proxy) purge(sel *selector) (purgeResult, error) {
 	now := p.clock()
-	p.purges.add(purgeRecord{at: now.UnixNano(), sel: sel}, now.Add(-p.inflight()).UnixNano())
-	n := p.purgeMemory(sel, now)
+	at := now.UnixNano()
+	p.purges.add(purgeRecord{at: at, sel: sel}, now.Add(-p.keepPurges()).UnixNano())
+	res := purgeResult{Selector: sel.kind.String(), Mode: sel.mode()}
+	res.Memory = p.purgeMemory(sel, now)
 	p.metrics.Purges.WithLabelValues(sel.kind.String(), sel.mode()).Inc()
-	return purgeResult{Selector: sel.kind.String(), Mode: sel.mode(), Memory: n}
+	if p.fleet == nil {
+		return res, nil
+	}
+	req, _ := json.Marshal(sel.req)
+	seq, found, err := p.fleet.PublishPurge(at, req, sel.sharedKeys(), sel.soft, p.retain())
+	res.Redis, res.Seq, res.Fleet = found, seq, err == nil
+	return res, err
 }
 
 // describe is the selector's value as logged.

@@ -77,6 +77,17 @@ func (l *purgeLog) raiseFloor(at int64) {
 	}
 }
 
+// after reports whether a purge may have selected an answer fetched at
+// stored (unix ns): the floor is above it or a record is newer. One load
+// and a compare or two: the common case, no purge since, costs nothing.
+func (l *purgeLog) after(stored int64) bool {
+	if stored < l.floor.Load() {
+		return true
+	}
+	p := l.recs.Load()
+	return p != nil && len(*p) > 0 && (*p)[len(*p)-1].at > stored
+}
+
 // verdict judges e by the purges that ran after its answer was fetched
 // and not before since (unix ns): drop for a hard one, else the earliest
 // time a soft one made it stale (0: none).
