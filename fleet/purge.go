@@ -3,8 +3,8 @@ package fleet
 import (
 	"context"
 	"errors"
-	"strconv"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
