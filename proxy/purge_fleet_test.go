@@ -133,6 +133,16 @@ func TestFleetPurgeByURLDeletesTheSharedEntry(t *testing.T) {
 	if e := edges[0].shared.Get(cacheKey(t, edges[0].p, target), h.clock.Now()); e != nil {
 		t.Fatal("the entry is still in Redis after a hard purge by url")
 	}
+	// Without Redis the purge reaches this node only, and says so.
+	edges[0].warm(target)
+	rdb.stop()
+	r := edges[0].purgeAs("Bearer "+testPurgeToken, `{"url":"`+target+`"}`)
+	if r.status != 503 || r.code() != "50001" || !strings.Contains(string(r.body), "this node only (1 entries") {
+		t.Fatalf("purge while Redis is down: %d %s", r.status, r.body)
+	}
+	if edges[0].cache.GetString(cacheKey(t, edges[0].p, target)) != nil {
+		t.Fatal("the node's own memory was not purged")
+	}
 }
 
 // cutProxy stands between one edge and Redis: cut closes every
