@@ -90,15 +90,15 @@ func (c *chain) blockTimeMs(h int64, interval time.Duration) int64 {
 	return genesis.Add(time.Duration(h-c.offset) * interval).UnixMilli()
 }
 
-func (c *chain) addr(kind, i uint64) string   { return sealed(c.key, kind, i, 20) }
-func (c *chain) hash(kind, i uint64) string   { return sealed(c.key, kind, i, 32) }
-func (c *chain) blockHash(h int64) string { return sealed(c.bkey(h), kindBlock, uint64(h), 32) }
+func (c *chain) addr(kind, i uint64) string { return sealed(c.key, kind, i, 20) }
+func (c *chain) hash(kind, i uint64) string { return sealed(c.key, kind, i, 32) }
+func (c *chain) blockHash(h int64) string   { return sealed(c.bkey(h), kindBlock, uint64(h), 32) }
 func (c *chain) txHash(h int64, i int) string {
 	return sealed(c.bkey(h), kindTx, uint64(h)<<16|uint64(i), 32)
 }
-func (c *chain) user(i uint64) string         { return c.addr(kindUser, i%200_000) }
-func (c *chain) contract(i uint64) string     { return c.addr(kindContract, i%500) }
-func (c *chain) validator(h int64) string     { return c.addr(kindValidator, uint64(h)%21) }
+func (c *chain) user(i uint64) string     { return c.addr(kindUser, i%200_000) }
+func (c *chain) contract(i uint64) string { return c.addr(kindContract, i%500) }
+func (c *chain) validator(h int64) string { return c.addr(kindValidator, uint64(h)%21) }
 
 // openTx returns the height and index a transaction hash encodes, if it is
 // one of this chain's transactions up to head on the branch in force (a
