@@ -55,7 +55,8 @@ func (t *Tags) HasHash(h uint64) bool {
 func (t *Tags) cost() int64 { return 48 + 4 + 16 + 8*int64(cap(t.Hashes)) }
 
 // Tagger computes an entry's tags from its key and body. It runs on the
-// miss path, once per entry stored, and must not call the cache.
+// miss path, once per entry stored, with no lock held: it may purge
+// (what it reads can show others stale: a reorganization).
 type Tagger func(e *Entry) Tags
 
 // SetTagger installs the function that tags entries as they are stored.

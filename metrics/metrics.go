@@ -75,6 +75,7 @@ type Metrics struct {
 	SharedLockWait *prometheus.CounterVec // {outcome}
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
 	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
+	Reorgs         *prometheus.CounterVec // {chain}: reorganizations seen in block lists
 
 	// The listeners, by listener (public, admin).
 	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
@@ -158,6 +159,12 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
 		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
 	reg.MustRegister(m.Purges)
+	m.Reorgs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorgs_total",
+		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
+	reg.MustRegister(m.Reorgs)
+	for _, c := range chains {
+		m.Reorgs.WithLabelValues(c)
+	}
 	for _, s := range PurgeSelectors {
 		for _, mode := range []string{"hard", "soft"} {
 			m.Purges.WithLabelValues(s, mode)

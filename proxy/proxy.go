@@ -47,9 +47,10 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
 	final    map[string]*atomic.Int64
-	chains   []string   // upper case, in configured order: the chain tags (tags.go)
-	purges   purgeLog   // recent purges, judging answers stored after them (purgelog.go)
-	fleet    purgeFleet // the shared tier's purge log; nil on a single node (purgefleet.go)
+	chains   []string                // upper case, in configured order: the chain tags (tags.go)
+	purges   purgeLog                // recent purges, judging answers stored after them (purgelog.go)
+	fleet    purgeFleet              // the shared tier's purge log; nil on a single node (purgefleet.go)
+	blocks   map[string]*chainBlocks // block hashes seen, by chain (reorg.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -94,6 +95,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.final[c] = new(atomic.Int64)
 	}
 	p.chains = s.chains
+	p.blocks = newBlocks(s.chains)
 	p.cache.SetTagger(p.tagEntry)
 	p.cache.SetGate(p.gate)
 	p.settings.Store(s)

@@ -55,6 +55,9 @@ type selector struct {
 	// before: only entries whose answers are older (unix ns); 0 = any. A
 	// purge from another node spares what this node fetched after it.
 	before int64
+	// classes: bit per cache.Class selected; 0 = every class (a reorg
+	// spares final answers, or purges only them).
+	classes uint8
 	// req is the request as normalized (chain names in upper case, the
 	// url's key): what is logged and what the fleet passes on.
 	req purgeRequest
@@ -63,7 +66,7 @@ type selector struct {
 // match reports whether e is selected. It runs under the cache's lock, on
 // every entry for all but url: plain comparisons only.
 func (s *selector) match(e *cache.Entry) bool {
-	if s.before != 0 && e.Stored >= s.before {
+	if s.before != 0 && e.Stored >= s.before || s.classes != 0 && s.classes&(1<<e.Class) == 0 {
 		return false
 	}
 	t := &e.Tags
