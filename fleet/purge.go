@@ -235,6 +235,11 @@ func (r *Redis) syncPurges(c rueidis.Client) bool {
 		r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "seq", seq)
 		w.lost()
 	}
+	for n := range ps.own {
+		if n <= seq { // read above, or trimmed before it could be
+			delete(ps.own, n)
+		}
+	}
 	ps.last = seq
 	return true
 }
