@@ -37,6 +37,13 @@ type Entry struct {
 
 	held bool // counted in the cache's bytes and entries; guarded by Cache.mu
 
+	// Tags are what a purge selects the entry by (tags.go): set once by
+	// the cache's tagger when the entry is first stored; tagged says so.
+	// Guarded by Cache.mu until then, immutable after.
+	Tags   Tags
+	tagged bool
+	slot   int32 // place in Cache.live while held; guarded by Cache.mu
+
 	// etag holds ETag's bytes inside the struct: a hit reads them with the
 	// struct, not from one more place in memory.
 	etag [18]byte
@@ -105,7 +112,7 @@ var gzipWriters = sync.Pool{New: func() any {
 
 // Cost is the memory the entry holds, in bytes.
 func (e *Entry) Cost() int64 {
-	return int64(len(e.Key)+cap(e.Body)+cap(e.Gzip)+cap(e.ETag)) + entryOverhead
+	return int64(len(e.Key)+cap(e.Body)+cap(e.Gzip)+cap(e.ETag)) + entryOverhead + e.Tags.cost()
 }
 
 // State is what an entry is good for at a given time.
@@ -174,6 +181,9 @@ type Cache struct {
 	// mu orders counting an entry in (Set) against counting it out (OnExit):
 	// Ristretto removes a value from its store before it calls OnExit.
 	mu        sync.Mutex
+	live      []*Entry // the entries counted in: the purge index (tags.go)
+	tagger    atomic.Pointer[Tagger]
+	gate      atomic.Pointer[Gate]
 	bytes     atomic.Int64
 	entries   atomic.Int64
 	evictions atomic.Int64
@@ -239,6 +249,10 @@ func (c *Cache) Set(e *Entry, now time.Time) {
 	if keep <= 0 {
 		return
 	}
+	c.tag(e)
+	if e = c.admit(e); e == nil {
+		return
+	}
 	if !c.r.SetWithTTL(e.Key, e, e.Cost(), keep) {
 		return
 	}
@@ -251,6 +265,7 @@ func (c *Cache) Set(e *Entry, now time.Time) {
 		e.held = true
 		c.bytes.Add(e.Cost())
 		c.entries.Add(1)
+		c.index(e)
 	}
 }
 
@@ -265,6 +280,7 @@ func (c *Cache) release(e *Entry) {
 		e.held = false
 		c.bytes.Add(-e.Cost())
 		c.entries.Add(-1)
+		c.unindex(e)
 	}
 }
 

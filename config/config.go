@@ -35,6 +35,39 @@ type Config struct {
 	Log             Log           `koanf:"log"`
 	Shared          Shared        `koanf:"shared"`
 	CORS            CORS          `koanf:"cors"`
+	Admin           Admin         `koanf:"admin"`
+}
+
+// Admin guards the admin port's operations beyond /metrics and the probes.
+type Admin struct {
+	// PurgeToken is the bearer token POST /purge requires (Authorization:
+	// Bearer <token>). Empty, with no purge_token_file: purge is off and
+	// the route answers 404. Never logged.
+	PurgeToken string `koanf:"purge_token"`
+	// PurgeTokenFile is a file holding the token (surrounding white space
+	// dropped), read at start and on every reload, so the token can be
+	// rotated without a restart. Set one of purge_token and purge_token_file.
+	PurgeTokenFile string `koanf:"purge_token_file"`
+}
+
+// MinPurgeToken is the shortest purge token accepted.
+const MinPurgeToken = 16
+
+// Token is the purge token in force: purge_token, or the contents of
+// purge_token_file. "" means purge is off. The error never holds the token.
+func (a Admin) Token() (string, error) {
+	if a.PurgeTokenFile == "" {
+		return a.PurgeToken, nil
+	}
+	b, err := os.ReadFile(a.PurgeTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("admin.purge_token_file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", errors.New("admin.purge_token_file: the file is empty")
+	}
+	return t, nil
 }
 
 // CORS lets frontends running in a browser on other origins call the edge.
@@ -631,6 +664,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	nonNegative("cors.max_age", c.CORS.MaxAge)
+
+	if c.Admin.PurgeToken != "" && c.Admin.PurgeTokenFile != "" {
+		bad("admin: set purge_token or purge_token_file, not both")
+	} else if t, err := c.Admin.Token(); err != nil {
+		errs = append(errs, err)
+	} else if t != "" && len(t) < MinPurgeToken {
+		bad("admin.purge_token: at least %d characters (a guessable token opens purge to anyone on the admin port)", MinPurgeToken)
+	}
 
 	sh := c.Shared
 	if sh.RedisAddr != "" {

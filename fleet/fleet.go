@@ -53,6 +53,10 @@ type Config struct {
 	// Backoff is how long a node leaves Redis alone after a failure before
 	// probing it again. 0 = one second.
 	Backoff time.Duration
+	// PurgePoll is how often a node reads the fleet's purge log (purge.go);
+	// 0 = 200ms. PurgeKeep bounds the records the log keeps; 0 = 10000.
+	PurgePoll time.Duration
+	PurgeKeep int
 }
 
 // ConfigOf takes the shared tier's settings from the configuration file.
@@ -108,8 +112,10 @@ type Redis struct {
 	filled   prometheus.Counter // lock waits that ended with the other node's answer
 	timedOut prometheus.Counter // lock waits that ran out of lock_wait
 
+	purges purgeState // this node's place in the fleet's purge log (purge.go)
+
 	closed chan struct{}
-	wg     sync.WaitGroup // the probe
+	wg     sync.WaitGroup // the probe, the purge watch
 }
 
 // New connects to Redis. Redis being down is not an error: the node starts
@@ -260,7 +266,11 @@ func (r *Redis) reconnect() {
 			return
 		case <-t.C:
 		}
-		if err := r.probe(); err != nil {
+		err := r.probe()
+		if err == nil {
+			err = r.catchUpPurges() // before serving from Redis again
+		}
+		if err != nil {
 			r.log.Debug("shared tier probe failed", "err", err)
 			t.Reset(r.cfg.Backoff)
 			continue

@@ -75,6 +75,8 @@ type Metrics struct {
 	SharedLockWait *prometheus.CounterVec // {outcome}
 	SharedRejected *prometheus.CounterVec // {reason}: what Redis held that the edge would not take
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
+	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
+	Reorgs         *prometheus.CounterVec // {chain}: reorganizations seen in block lists
 
 	// The listeners, by listener (public, admin).
 	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
@@ -82,6 +84,9 @@ type Metrics struct {
 	ConnsOpen    *prometheus.GaugeVec   // {listener}
 	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
 }
+
+// PurgeSelectors are the selector label values of purges_total.
+var PurgeSelectors = []string{"url", "hash", "heights", "route", "all"}
 
 // Listeners are the listener label values; Reasons the refusal reasons of
 // connections_refused_total.
@@ -154,6 +159,20 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
 		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
 	reg.MustRegister(m.LogSuppressed)
+	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
+		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
+	reg.MustRegister(m.Purges)
+	m.Reorgs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorgs_total",
+		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
+	reg.MustRegister(m.Reorgs)
+	for _, c := range chains {
+		m.Reorgs.WithLabelValues(c)
+	}
+	for _, s := range PurgeSelectors {
+		for _, mode := range []string{"hard", "soft"} {
+			m.Purges.WithLabelValues(s, mode)
+		}
+	}
 
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)

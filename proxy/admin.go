@@ -6,7 +6,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
-// AdminHandler serves /metrics, /healthz and /readyz on the admin listener.
+// AdminHandler serves /metrics, /healthz, /readyz and POST /purge
+// (purge.go) on the admin listener.
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	metricsHandler := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
 	return func(ctx *fasthttp.RequestCtx) {
@@ -16,6 +17,8 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 		case "/healthz":
 			ctx.SetContentType("text/plain")
 			ctx.SetBodyString("ok\n")
+		case "/purge":
+			p.servePurge(ctx)
 		case "/readyz":
 			ok, why := p.Ready()
 			ctx.SetContentType("text/plain")
@@ -25,7 +28,7 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString(why + "\n")
 		default:
 			ctx.SetStatusCode(fasthttp.StatusNotFound)
-			ctx.SetBodyString("not found: /metrics, /healthz, /readyz\n")
+			ctx.SetBodyString("not found: /metrics, /healthz, /readyz, /purge\n")
 		}
 	}
 }

@@ -33,6 +33,7 @@ type settings struct {
 	auth        *admission
 	memo        *uriMemo    // what raw URIs parsed to under these settings
 	cors        *corsPolicy // nil: no CORS headers
+	purgeToken  *[32]byte   // digest of admin.purge_token; nil: purge is off
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -46,6 +47,10 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
 	final    map[string]*atomic.Int64
+	chains   []string                // upper case, in configured order: the chain tags (tags.go)
+	purges   purgeLog                // recent purges, judging answers stored after them (purgelog.go)
+	fleet    purgeFleet              // the shared tier's purge log; nil on a single node (purgefleet.go)
+	blocks   map[string]*chainBlocks // block hashes seen, by chain (reorg.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -94,6 +99,10 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	for _, c := range s.chains {
 		p.final[c] = new(atomic.Int64)
 	}
+	p.chains = s.chains
+	p.blocks = newBlocks(s.chains)
+	p.cache.SetTagger(p.tagEntry)
+	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	p.ids.init()
@@ -102,6 +111,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
+	p.joinFleet()
 	return p, nil
 }
 
@@ -118,6 +128,9 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 		s.ttl[i] = routeTTLs(&routes[i], cfg.Cache.TTL)
 	}
 	var err error
+	if s.purgeToken, err = purgeTokenOf(cfg.Admin); err != nil {
+		return nil, err
+	}
 	s.auth, err = newAdmission(cfg.Auth, m)
 	return s, err
 }

@@ -45,6 +45,7 @@ type chain struct {
 	offset   int64 // height at genesis
 	tzOffset int64 // TZ height at genesis, for cross-chain records
 	tokens   []token
+	forks    forks // reorganizations (reorg.go): blocks drawn from other keys
 }
 
 func newChain(name string, seed int64) *chain {
@@ -89,26 +90,32 @@ func (c *chain) blockTimeMs(h int64, interval time.Duration) int64 {
 	return genesis.Add(time.Duration(h-c.offset) * interval).UnixMilli()
 }
 
-func (c *chain) addr(kind, i uint64) string   { return sealed(c.key, kind, i, 20) }
-func (c *chain) hash(kind, i uint64) string   { return sealed(c.key, kind, i, 32) }
-func (c *chain) blockHash(h int64) string     { return c.hash(kindBlock, uint64(h)) }
-func (c *chain) txHash(h int64, i int) string { return c.hash(kindTx, uint64(h)<<16|uint64(i)) }
-func (c *chain) user(i uint64) string         { return c.addr(kindUser, i%200_000) }
-func (c *chain) contract(i uint64) string     { return c.addr(kindContract, i%500) }
-func (c *chain) validator(h int64) string     { return c.addr(kindValidator, uint64(h)%21) }
+func (c *chain) addr(kind, i uint64) string { return sealed(c.key, kind, i, 20) }
+func (c *chain) hash(kind, i uint64) string { return sealed(c.key, kind, i, 32) }
+func (c *chain) blockHash(h int64) string   { return sealed(c.bkey(h), kindBlock, uint64(h), 32) }
+func (c *chain) txHash(h int64, i int) string {
+	return sealed(c.bkey(h), kindTx, uint64(h)<<16|uint64(i), 32)
+}
+func (c *chain) user(i uint64) string     { return c.addr(kindUser, i%200_000) }
+func (c *chain) contract(i uint64) string { return c.addr(kindContract, i%500) }
+func (c *chain) validator(h int64) string { return c.addr(kindValidator, uint64(h)%21) }
 
 // openTx returns the height and index a transaction hash encodes, if it is
-// one of this chain's transactions up to head.
+// one of this chain's transactions up to head on the branch in force (a
+// transaction of a block a reorganization replaced is gone).
 func (c *chain) openTx(s string, head int64) (int64, int, bool) {
-	p, ok := open(c.key, kindTx, s, 32)
-	if !ok {
-		return 0, 0, false
+	for _, k := range c.keys() {
+		p, ok := open(k, kindTx, s, 32)
+		if !ok {
+			continue
+		}
+		h, i := int64(p>>16), int(p&0xffff)
+		if h > head || c.bkey(h) != k || i >= c.body(h).txnCount {
+			return 0, 0, false
+		}
+		return h, i, true
 	}
-	h, i := int64(p>>16), int(p&0xffff)
-	if h > head || i >= c.body(h).txnCount {
-		return 0, 0, false
-	}
-	return h, i, true
+	return 0, 0, false
 }
 
 // Transaction classes. A block's transactions are plain transfers, contract
@@ -138,12 +145,12 @@ type blockBody struct {
 }
 
 func (c *chain) body(h int64) blockBody {
-	r := newRng(c.key, kindBlockBody, uint64(h), 0)
+	r := newRng(c.bkey(h), kindBlockBody, uint64(h), 0)
 	return blockBody{txnCount: 5 + int(r.n(56)), baseFee: 1e9 + r.n(9e9)}
 }
 
 func (c *chain) txCore(h int64, i int, b blockBody) txCore {
-	r := newRng(c.key, kindTxBody, uint64(h), uint64(i))
+	r := newRng(c.bkey(h), kindTxBody, uint64(h), uint64(i))
 	t := txCore{}
 	switch p := r.n(100); {
 	case p < 40:
@@ -200,7 +207,7 @@ func (c *chain) block(h int64, pending bool, interval time.Duration) block {
 		fee += t.gasUsed * t.gasPrice
 		gas += t.gasUsed
 	}
-	r := newRng(c.key, kindBlock, uint64(h), 1)
+	r := newRng(c.bkey(h), kindBlock, uint64(h), 1)
 	state, burnt := "done", dec(gas*b.baseFee, 18)
 	if pending {
 		state, burnt = "pending", ""
@@ -388,7 +395,7 @@ func (c *chain) internals(h int64, i int, t txCore, x blockTx, interval time.Dur
 	if t.class != classCall {
 		return nil
 	}
-	r := newRng(c.key, kindInternal, uint64(h), uint64(i))
+	r := newRng(c.bkey(h), kindInternal, uint64(h), uint64(i))
 	n := 1 + int(r.n(4))
 	out := make([]internalTx, n)
 	from := x.To

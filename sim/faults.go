@@ -19,7 +19,8 @@ import (
 //
 //	{"route":"", "latency":"0s", "jitter":"0s", "http500":0, "http429":0,
 //	 "retry_after":1, "envelope":0, "envelope_code":"50026", "hang":0,
-//	 "drop":0, "malformed":0, "truncated":0, "oversized":0, "oversized_bytes":0}
+//	 "drop":0, "malformed":0, "truncated":0, "oversized":0, "oversized_bytes":0,
+//	 "reorg":0}
 type Faults struct {
 	Route        string        // one route name, or "" for all six
 	Latency      time.Duration // added before every answer of the route
@@ -37,6 +38,12 @@ type Faults struct {
 	// OversizedBytes is the size of an oversized answer; 0 means 9 MiB,
 	// beyond explorer-edge's default upstream.max_response_bytes of 8 MiB.
 	OversizedBytes int
+	// Reorg, when > 0, reorganizes every chain once, as the faults are set:
+	// the newest Reorg blocks are replaced by others (new hashes, other
+	// transactions; those of the replaced blocks are gone). It is an event,
+	// not a state: Faults() reports 0 afterwards, and setting it again
+	// reorganizes again (reorg.go).
+	Reorg int
 }
 
 type faultsJSON struct {
@@ -54,6 +61,7 @@ type faultsJSON struct {
 	Truncated    float64 `json:"truncated"`
 	Oversized    float64 `json:"oversized"`
 	OversizedB   int     `json:"oversized_bytes"`
+	Reorg        int     `json:"reorg"`
 }
 
 // MarshalJSON writes durations as Go duration strings.
@@ -61,7 +69,7 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		f.Route, f.Latency.String(), f.Jitter.String(), f.HTTP500, f.HTTP429, f.RetryAfter,
 		f.Envelope, f.EnvelopeCode, f.Hang, f.Drop, f.Malformed, f.Truncated,
-		f.Oversized, f.OversizedBytes,
+		f.Oversized, f.OversizedBytes, f.Reorg,
 	})
 }
 
@@ -90,6 +98,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.Envelope, out.EnvelopeCode, out.Hang, out.Drop = j.Envelope, j.EnvelopeCode, j.Hang, j.Drop
 	out.Malformed, out.Truncated = j.Malformed, j.Truncated
 	out.Oversized, out.OversizedBytes = j.Oversized, j.OversizedB
+	out.Reorg = j.Reorg
 	*f = out
 	return nil
 }
@@ -115,6 +124,9 @@ func (f Faults) Validate() error {
 	}
 	if f.RetryAfter < 0 {
 		errs = append(errs, errors.New("retry_after must not be negative"))
+	}
+	if f.Reorg < 0 || f.Reorg > maxReorg {
+		errs = append(errs, fmt.Errorf("reorg must be in [0, %d] blocks", maxReorg))
 	}
 	if f.OversizedBytes < 0 || f.OversizedBytes > 1<<30 {
 		errs = append(errs, errors.New("oversized_bytes must be in [0, 1 GiB]"))
@@ -153,6 +165,9 @@ func (f Faults) normalized() Faults {
 	}
 	return f
 }
+
+// maxReorg bounds the depth of a reorganization.
+const maxReorg = 1000
 
 // Fault kinds, in the order pick draws them.
 const (
@@ -199,6 +214,8 @@ func (s *Server) Faults() Faults {
 // out-of-range fractions clamped; use Faults.Validate to reject them instead.
 func (s *Server) SetFaults(f Faults) {
 	f = f.normalized()
+	s.Reorg(min(f.Reorg, maxReorg))
+	f.Reorg = 0
 	s.faultsMu.Lock()
 	s.faults = f
 	s.faultsMu.Unlock()

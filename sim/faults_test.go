@@ -179,7 +179,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
-	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184}`
+	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184,"reorg":0}`
 	if got := strings.TrimSpace(string(send("GET", "").body)); got != want {
 		t.Errorf("GET /sim/faults\n got %s\nwant %s", got, want)
 	}
@@ -261,4 +261,47 @@ func status(resp *http.Response) any {
 func isTimeout(err error) bool {
 	var ne interface{ Timeout() bool }
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// The reorg fault replaces the newest blocks: new hashes from the first
+// replaced height up, the blocks below untouched, the replaced blocks'
+// transactions gone and others in their place; setting it again
+// reorganizes again.
+func TestReorgFault(t *testing.T) {
+	clock := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Config{Now: func() time.Time { return clock }})
+	defer s.Close()
+	c := s.chains["CHAINX"]
+	head := s.Head("CHAINX")
+	before := map[int64]string{}
+	for h := head - 5; h <= head; h++ {
+		before[h] = c.blockHash(h)
+	}
+	oldTxs := s.TxHashes("CHAINX", head-1)
+	s.SetFaults(Faults{Reorg: 2})
+	if f := s.Faults(); f.Reorg != 0 {
+		t.Fatalf("faults after a reorg report reorg %d, want 0 (an event)", f.Reorg)
+	}
+	for h := head - 5; h <= head; h++ {
+		if changed := c.blockHash(h) != before[h]; changed != (h >= head-1) {
+			t.Fatalf("height %d (head %d) after a reorg of 2: hash changed %v", h, head, changed)
+		}
+	}
+	newTxs := s.TxHashes("CHAINX", head-1)
+	if _, _, ok := c.openTx(oldTxs[0], head); ok {
+		t.Fatal("a transaction of a replaced block still resolves")
+	}
+	if h, i, ok := c.openTx(newTxs[0], head); !ok || h != head-1 || i != 0 {
+		t.Fatalf("a transaction of the new branch: %d %d %v", h, i, ok)
+	}
+	// Blocks produced later are on the new branch; a second reorg stacks.
+	clock = clock.Add(3 * s.cfg.BlockInterval)
+	mid := c.blockHash(head)
+	s.SetFaults(Faults{Reorg: 1})
+	if c.blockHash(head) != mid || c.blockHash(head+3) == "" {
+		t.Fatal("a second reorg of depth 1 changed a block below it")
+	}
+	if err := (Faults{Reorg: -1}).Validate(); err == nil {
+		t.Fatal("a negative reorg validated")
+	}
 }

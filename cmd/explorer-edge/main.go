@@ -37,6 +37,9 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 // is logged by the logger the configuration asks for (JSON by default),
 // as everything else the edge says.
 func cli(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "purge" {
+		return purgeCmd(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("explorer-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "config.yaml", "configuration file (YAML); EDGE_* environment variables override it")

@@ -1,0 +1,264 @@
+package cache
+
+import (
+	"time"
+)
+
+// Purging (DESIGN.md section 11, Admin API) finds entries by what they hold,
+// not only by key: the route and chain of the answer, the hashes asked and
+// the block heights it contains. Those are an entry's Tags, set once when it
+// is stored (the miss path; a hit never reads them) by the tagger the proxy
+// installs, which reads them from the key and the body.
+//
+// The index is the list of entries the cache holds, kept under Cache.mu
+// exactly where an entry is counted in (Set) and out (release, Ristretto's
+// OnExit: evicted, expired, replaced, deleted): an entry is in the list if
+// and only if it is counted in cache_entries, so the list is bounded by
+// cache.max_bytes as the entries are. A purge scans it once with the
+// selector's match function. A scan of every entry is simpler than one map
+// per kind of tag and, measured (BenchmarkPurge), fast enough: the time of a
+// purge is that of the deletions, not of the scan.
+
+// Tags are what a purge can select an entry by. The proxy gives the numbers
+// their meaning; the cache only stores them. The zero value is an untagged
+// entry (one stored without a tagger).
+type Tags struct {
+	Route uint8 // the proxy's route number + 1; 0 = untagged
+	Chain uint8 // the proxy's chain number + 1; 0 = none
+	// [Lo, Hi) are the block heights the answer contains (a block, a
+	// transaction or a record of one), from the lowest to one past the
+	// highest; Hi <= Lo (the zero value): none.
+	Lo, Hi int64
+	// Hashes are xxhash digests of the hashes the request asked for, in
+	// canonical (lower) case.
+	Hashes []uint64
+}
+
+// HasHeights reports whether the entry contains a block height in [from, to].
+func (t *Tags) HasHeights(from, to int64) bool {
+	return t.Lo < t.Hi && t.Lo <= to && from < t.Hi
+}
+
+// HasHash reports whether the request asked for the hash with digest h.
+func (t *Tags) HasHash(h uint64) bool {
+	for _, x := range t.Hashes {
+		if x == h {
+			return true
+		}
+	}
+	return false
+}
+
+// tagsCost is the memory of an entry's tags and its slot in the index
+// beside what entryOverhead counts: the Tags struct, the slot number, the
+// list's pointer (and its slack: the list doubles) and the digests.
+func (t *Tags) cost() int64 { return 48 + 4 + 16 + 8*int64(cap(t.Hashes)) }
+
+// Tagger computes an entry's tags from its key and body. It runs on the
+// miss path, once per entry stored, with no lock held: it may purge
+// (what it reads can show others stale: a reorganization).
+type Tagger func(e *Entry) Tags
+
+// SetTagger installs the function that tags entries as they are stored.
+// Entries stored before it, or with a nil tagger, are untagged: a purge
+// finds them by key, route-less selectors (all) and nothing else.
+func (c *Cache) SetTagger(f Tagger) {
+	if f == nil {
+		c.tagger.Store(nil)
+		return
+	}
+	c.tagger.Store(&f)
+}
+
+// A Gate judges an entry as it is stored, after tagging: drop (a hard
+// purge selected it since its answer was fetched: the answer was in flight
+// when the purge ran), or a time from which it is stale (a soft purge did),
+// 0 for none. It runs on the miss path and must not call the cache.
+type Gate func(e *Entry) (drop bool, staleFrom int64)
+
+// SetGate installs the gate of Set; nil: every entry is stored as is.
+func (c *Cache) SetGate(g Gate) {
+	if g == nil {
+		c.gate.Store(nil)
+		return
+	}
+	c.gate.Store(&g)
+}
+
+// admit is what Set stores for e: e, a copy stale from the gate's time, or
+// nil.
+func (c *Cache) admit(e *Entry) *Entry {
+	g := c.gate.Load()
+	if g == nil {
+		return e
+	}
+	drop, from := (*g)(e)
+	switch {
+	case drop:
+		return nil
+	case from != 0 && from < e.Fresh:
+		return c.staleCopy(e, from)
+	}
+	return e
+}
+
+// staleCopy is a copy of e that is fresh until at, no longer; its stale
+// windows count from there. The bytes are shared: entries never change.
+func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
+	c.mu.Lock()
+	cp := *e
+	c.mu.Unlock()
+	cp.held, cp.slot = false, -1
+	cp.Fresh = min(cp.Fresh, at)
+	return &cp
+}
+
+// tag sets e's tags once, before e is stored. The entry may already be
+// shared (a flight hands it to every waiter), so the tags are written
+// under mu and never again.
+func (c *Cache) tag(e *Entry) {
+	f := c.tagger.Load()
+	if f == nil {
+		return
+	}
+	c.mu.Lock()
+	done := e.tagged
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	t := (*f)(e) // reads only Key and Body, which never change
+	c.mu.Lock()
+	if !e.tagged {
+		e.Tags, e.tagged = t, true
+	}
+	c.mu.Unlock()
+}
+
+// Tag is the tagger's verdict on e, for an entry that does not go through
+// Set (one read from the shared tier and checked against purges first).
+// It sets e's tags if they are not set yet.
+func (c *Cache) Tag(e *Entry) *Tags {
+	c.tag(e)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &e.Tags
+}
+
+// index adds e to the list of held entries; mu is held.
+func (c *Cache) index(e *Entry) {
+	e.slot = int32(len(c.live))
+	c.live = append(c.live, e)
+}
+
+// unindex removes e from the list (swap with the last); mu is held.
+func (c *Cache) unindex(e *Entry) {
+	i := int(e.slot)
+	if i < 0 || i >= len(c.live) || c.live[i] != e {
+		return
+	}
+	last := len(c.live) - 1
+	c.live[i] = c.live[last]
+	c.live[i].slot = int32(i)
+	c.live[last] = nil
+	c.live = c.live[:last]
+	e.slot = -1
+	// Give memory back after a purge or a flood of evictions emptied most of
+	// the list; the list never shrinks below a few pages.
+	if cap(c.live) > 4096 && len(c.live) < cap(c.live)/4 {
+		c.live = append(make([]*Entry, 0, cap(c.live)/2), c.live...)
+		for j, x := range c.live {
+			x.slot = int32(j)
+		}
+	}
+}
+
+// scanChunk bounds how long one scan holds mu: misses storing their
+// answers wait for it, hits never do.
+const scanChunk = 4096
+
+// Purge removes the held entries for which match is true, or with soft
+// makes them stale from now on: fresh no longer, served only within their
+// stale windows while one refresh runs, as any stale entry. match runs with
+// the cache's lock held: it must be quick and must not call the cache.
+// Purge returns the number of entries matched.
+//
+// The list is scanned from its end in chunks, releasing the lock between
+// them: a removal swaps the last entry into the removed one's place, which
+// lies below the scan point (scanned next) or above it (scanned already),
+// so every entry held when the purge began and still held is seen.
+func (c *Cache) Purge(match func(e *Entry) bool, soft bool, now time.Time) int {
+	var hit []*Entry
+	c.mu.Lock()
+	i := len(c.live) - 1
+	chunks := 0
+	for i >= 0 {
+		for stop := max(i-scanChunk, -1); i > stop; i-- {
+			if e := c.live[i]; match(e) {
+				hit = append(hit, e)
+			}
+		}
+		chunks++
+		c.mu.Unlock()
+		c.mu.Lock()
+		i = min(i, len(c.live)-1)
+	}
+	c.mu.Unlock()
+	if chunks > 1 {
+		// An entry scanned already can be swapped below the scan point
+		// while the lock was free, and matched twice.
+		seen := make(map[*Entry]struct{}, len(hit))
+		kept := hit[:0]
+		for _, e := range hit {
+			if _, dup := seen[e]; !dup {
+				seen[e] = struct{}{}
+				kept = append(kept, e)
+			}
+		}
+		hit = kept
+	}
+	c.apply(hit, soft, now)
+	return len(hit)
+}
+
+// PurgeKeys is Purge for the entries of known keys; match, if not nil,
+// must hold too.
+func (c *Cache) PurgeKeys(keys []string, match func(e *Entry) bool, soft bool, now time.Time) int {
+	var hit []*Entry
+	for _, k := range keys {
+		if e := c.GetString(k); e != nil && (match == nil || match(e)) {
+			hit = append(hit, e)
+		}
+	}
+	c.apply(hit, soft, now)
+	return len(hit)
+}
+
+// apply deletes the entries, or replaces each still fresh with a copy that
+// is stale from now. A copy can replace an answer stored meanwhile by a
+// refresh: that costs one more refresh, never a wrong answer.
+func (c *Cache) apply(entries []*Entry, soft bool, now time.Time) {
+	ns := now.UnixNano()
+	for _, e := range entries {
+		if !soft {
+			if c.GetString(e.Key) == e { // not replaced by a newer answer meanwhile
+				c.r.Del(e.Key)
+			}
+			continue
+		}
+		if e.Fresh <= ns {
+			continue // stale already
+		}
+		if c.GetString(e.Key) == e {
+			c.Set(c.staleCopy(e, ns), now)
+		}
+	}
+}
+
+// indexLen is the number of entries in the index (equal to Entries once
+// every Set has returned).
+func (c *Cache) indexLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.live)
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// purgeUsage is the synopsis of the purge subcommand.
+const purgeUsage = `usage: explorer-edge purge [-admin URL] [-token-file F] [-soft] SELECTOR
+SELECTOR is one of:
+  -url URI                 one request, as a client sends it
+  -hash H -chain C         a hash's entries and every answer that asked for it
+  -chain C -from A -to B   every answer holding a block or transaction at heights A..B
+  -route R [-chain C]      a route's answers (on one chain)
+  -all                     everything
+The token is read from -token-file, else from EDGE_ADMIN__PURGE_TOKEN.
+`
+
+// purgeCmd is "explorer-edge purge ...": it posts one selector to an
+// edge's POST /purge (docs/purge.md) and prints what was purged. Exit
+// status 0 on success, 1 when the edge refused or could not be reached,
+// 2 on a usage error.
+func purgeCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, purgeUsage, "\nflags:\n"); fs.PrintDefaults() }
+	admin := fs.String("admin", "http://127.0.0.1:8081", "the edge's admin address (admin_listen), as http://host:port")
+	tokenFile := fs.String("token-file", "", "file holding admin.purge_token (default: $EDGE_ADMIN__PURGE_TOKEN)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on the request")
+	asJSON := fs.Bool("json", false, "print the edge's JSON answer as it came")
+	var req struct {
+		URL   string `json:"url,omitempty"`
+		Hash  string `json:"hash,omitempty"`
+		Chain string `json:"chain,omitempty"`
+		Route string `json:"route,omitempty"`
+		All   bool   `json:"all,omitempty"`
+		Soft  bool   `json:"soft,omitempty"`
+	}
+	fs.StringVar(&req.URL, "url", "", "purge one request URI")
+	fs.StringVar(&req.Hash, "hash", "", "purge by hash (with -chain)")
+	fs.StringVar(&req.Chain, "chain", "", "the chain of -hash, -from/-to or -route")
+	from := fs.Int64("from", -1, "lowest height to purge (with -chain and -to)")
+	to := fs.Int64("to", -1, "highest height to purge (with -chain and -from)")
+	fs.StringVar(&req.Route, "route", "", "purge a route's answers, e.g. block-list")
+	fs.BoolVar(&req.All, "all", false, "purge everything")
+	fs.BoolVar(&req.Soft, "soft", false, "mark stale (served while one refresh runs) instead of deleting")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	usage := func(msg string) int {
+		fmt.Fprintln(stderr, "explorer-edge purge:", msg)
+		fmt.Fprint(stderr, purgeUsage)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usage("unexpected argument " + fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	heights := set["from"] || set["to"]
+	n := 0
+	for _, s := range []bool{set["url"], set["hash"], heights, set["route"], set["all"]} {
+		if s {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return usage("give one selector")
+	case n > 1:
+		return usage("give one selector, not several")
+	case heights && !(set["from"] && set["to"] && set["chain"]):
+		return usage("heights need -chain, -from and -to")
+	case set["hash"] && !set["chain"]:
+		return usage("-hash needs -chain")
+	case (set["url"] || set["all"]) && set["chain"]:
+		return usage("-chain goes with -hash, -from/-to or -route")
+	}
+	body := map[string]any{}
+	b, _ := json.Marshal(req)
+	json.Unmarshal(b, &body)
+	if heights {
+		delete(body, "chain")
+		body["heights"] = map[string]any{"chain": req.Chain, "from": *from, "to": *to}
+	}
+	token, err := purgeToken(*tokenFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "explorer-edge purge:", err)
+		return 1
+	}
+	status, answer, err := postPurge(strings.TrimRight(*admin, "/")+"/purge", token, body, *timeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "explorer-edge purge:", err)
+		return 1
+	}
+	if *asJSON {
+		stdout.Write(answer)
+		if !bytes.HasSuffix(answer, []byte("\n")) {
+			fmt.Fprintln(stdout)
+		}
+	}
+	var env struct {
+		Code string `json:"code"`
+		Msg  string `json:"msg"`
+		Data []struct {
+			Selector string `json:"selector"`
+			Mode     string `json:"mode"`
+			Memory   int    `json:"memory"`
+			Redis    int    `json:"redis"`
+			Fleet    bool   `json:"fleet"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(answer, &env); err != nil || status != http.StatusOK || env.Code != "0" || len(env.Data) != 1 {
+		msg := env.Msg
+		if msg == "" {
+			msg = strings.TrimSpace(string(answer))
+		}
+		fmt.Fprintf(stderr, "explorer-edge purge: refused: HTTP %d: %s\n", status, msg)
+		return 1
+	}
+	if !*asJSON {
+		d := env.Data[0]
+		fmt.Fprintf(stdout, "purged (%s, by %s): %d entries in memory, %d in Redis", d.Mode, d.Selector, d.Memory, d.Redis)
+		if d.Fleet {
+			fmt.Fprint(stdout, "; sent to the fleet")
+		}
+		fmt.Fprintln(stdout)
+	}
+	return 0
+}
+
+// purgeToken reads the token from file, or from the environment.
+func purgeToken(file string) (string, error) {
+	if file == "" {
+		if t := strings.TrimSpace(os.Getenv("EDGE_ADMIN__PURGE_TOKEN")); t != "" {
+			return t, nil
+		}
+		return "", errors.New("no token: give -token-file or set EDGE_ADMIN__PURGE_TOKEN")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("%s is empty", file)
+	}
+	return t, nil
+}
+
+// postPurge sends the request and returns the edge's status and body.
+func postPurge(url, token string, body any, timeout time.Duration) (int, []byte, error) {
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := (&http.Client{Timeout: timeout}).Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, answer, err
+}

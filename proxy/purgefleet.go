@@ -1,0 +1,164 @@
+package proxy
+
+import (
+	"time"
+
+	"explorer-edge/cache"
+)
+
+// Fleet-wide purges (fleet/purge.go carries them through Redis): a purge
+// sent to any node is published in the fleet's purge log; every node
+// applies the records of the others to its memory and keeps them all in
+// its own purge log, which judges every entry it reads from Redis. So an
+// entry another node stored in Redis before a purge selecting it is a miss
+// (hard) or stale (soft) on every node, without rewriting Redis.
+
+// purgeFleet is a shared tier that carries purges (fleet.Redis).
+type purgeFleet interface {
+	// PublishPurge appends a purge to the fleet's log and deletes (hard)
+	// or counts (soft) the Redis entries of keys.
+	PublishPurge(at int64, request []byte, keys []string, soft bool, retain time.Duration) (seq int64, found int, err error)
+	// WatchPurges follows the log: apply for the other nodes' purges,
+	// lost when records were missed, floor when old answers are purged.
+	WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64))
+}
+
+// joinFleet puts the purge log between the proxy and a shared tier that
+// carries purges, and starts following the fleet's purges.
+func (p *Proxy) joinFleet() {
+	inner := p.tier
+	if c, ok := inner.(checkedTier); ok {
+		inner = c.Tier
+	}
+	f, ok := inner.(purgeFleet)
+	if !ok {
+		return
+	}
+	p.fleet = f
+	p.tier = purgedTier{Tier: p.tier, p: p}
+	f.WatchPurges(p.fleetPurge, p.purgesLost, p.purges.raiseFloor)
+}
+
+// fleetPurge applies a purge another node published at at (unix ns).
+// Only entries whose answers are older than the purge are selected: what
+// this node fetched since is newer than the purge. Records published
+// before this node started (live false) are remembered, not applied.
+func (p *Proxy) fleetPurge(at int64, request []byte, live bool) {
+	s := p.settings.Load()
+	sel, perr := p.parsePurge(request, s)
+	if perr != nil {
+		p.log.Warn("purge from the fleet unreadable; skipped", "err", perr.Msg)
+		return
+	}
+	sel.before = at
+	now := p.clock()
+	p.purges.add(purgeRecord{at: at, sel: sel}, now.Add(-p.keepPurges()).UnixNano())
+	if !live {
+		return
+	}
+	n := p.purgeMemory(sel, now)
+	p.metrics.Purges.WithLabelValues(sel.kind.String(), sel.mode()).Inc()
+	p.log.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.describe(), "mode", sel.mode(),
+		"memory", n, "lag", now.Sub(time.Unix(0, at)).String())
+}
+
+// purgesLost drops the whole memory cache: the fleet purged things this
+// node can no longer learn.
+func (p *Proxy) purgesLost() {
+	n := p.cache.Purge(func(*cache.Entry) bool { return true }, false, p.clock())
+	p.log.Warn("missed purges of the fleet; dropped the memory cache", "entries", n)
+}
+
+// keepPurges is how long the purge log keeps a record: long enough to
+// judge any answer on its way (inflight) and, in fleet mode, any entry
+// Redis may still hold (retain).
+func (p *Proxy) keepPurges() time.Duration {
+	if p.fleet != nil {
+		return max(p.retain(), p.inflight())
+	}
+	return p.inflight()
+}
+
+// retain is the longest an entry lives: the longest fresh time of any
+// route and class, plus the longer of its stale windows, plus a second.
+func (p *Proxy) retain() time.Duration {
+	cfg := p.settings.Load().cfg
+	var fresh time.Duration
+	for _, t := range cfg.Cache.TTL {
+		fresh = max(fresh, t.Head, t.Final, t.Volatile, t.Negative)
+	}
+	w := cfg.Cache.StaleWhileRevalidate
+	return fresh + max(w.Head, w.Final, w.Volatile, w.Negative, cfg.Cache.StaleIfError) + time.Second
+}
+
+// sharedKeys are the Redis entries a selector names by key: a url's, and
+// a hash's own entry. Others are found by tags as nodes read them.
+func (s *selector) sharedKeys() []string {
+	switch s.kind {
+	case purgeURL:
+		return s.keys
+	case purgeHash:
+		return []string{hashKey(s.req.Chain, s.req.Hash)}
+	}
+	return nil
+}
+
+// judge is what an entry read from the shared tier is worth after the
+// purges this node knows: nil (purged), a stale one (soft-purged), or e.
+// e is this caller's own, decoded from Redis: it may be changed.
+func (p *Proxy) judge(e *cache.Entry) *cache.Entry {
+	if e == nil || !p.purges.after(e.Stored) {
+		return e // no purge since its answer: no tags needed
+	}
+	p.cache.Tag(e)
+	drop, from := p.purges.verdict(e, 0)
+	switch {
+	case drop:
+		return nil
+	case from != 0 && from < e.Fresh:
+		e.Fresh = from
+	}
+	return e
+}
+
+// purgedTier judges every entry read from the shared tier, and does not
+// write one a purge selected while its answer was on its way.
+type purgedTier struct {
+	Tier
+	p *Proxy
+}
+
+func (t purgedTier) Get(key string, now time.Time) *cache.Entry {
+	return t.p.judge(t.Tier.Get(key, now))
+}
+
+func (t purgedTier) GetMany(keys []string, now time.Time) []*cache.Entry {
+	es := t.Tier.GetMany(keys, now)
+	for i := range es {
+		es[i] = t.p.judge(es[i])
+	}
+	return es
+}
+
+func (t purgedTier) Set(e *cache.Entry, now time.Time) {
+	if t.p.purges.after(e.Stored) {
+		t.p.cache.Tag(e)
+		if drop, _ := t.p.purges.verdict(e, 0); drop {
+			return
+		}
+	}
+	t.Tier.Set(e, now)
+}
+
+// Lock passes on another node's answer only while it is still fresh after
+// judging; else the caller fetches (without the lock: one more upstream
+// call, never a purged answer).
+func (t purgedTier) Lock(key string, now func() time.Time) (func(), *cache.Entry) {
+	unlock, e := t.Tier.Lock(key, now)
+	if e != nil {
+		if e = t.p.judge(e); e.StateAt(now().UnixNano()) != cache.Fresh {
+			e = nil
+		}
+	}
+	return unlock, e
+}

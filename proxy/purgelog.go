@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"explorer-edge/cache"
+)
+
+// A purge removes what the cache holds when it runs, but an answer can be
+// on its way then: fetched before the purge, stored after it (a refresh, a
+// miss waiting for the upstream). The purge log keeps recent purges with
+// their times, and an entry whose answer is older than a purge that
+// selects it is judged by it as it is stored: dropped (hard) or stored
+// stale (soft). In fleet mode the log also judges entries read from the
+// shared tier, which other nodes may have stored before the purge.
+
+// purgeRecord is one purge: when it ran (unix ns) and what it selected.
+type purgeRecord struct {
+	at  int64
+	sel *selector
+}
+
+// purgeLog holds recent purges, oldest first. Readers load the slice
+// without a lock; writers replace it.
+type purgeLog struct {
+	mu   sync.Mutex
+	recs atomic.Pointer[[]purgeRecord]
+	// floor: an entry whose answer is older than this is purged (hard),
+	// whatever it is. Set when the log lost records it should hold (a node
+	// that missed more purges than the fleet keeps).
+	floor atomic.Int64
+}
+
+// maxPurgeRecords bounds the log. Beyond it the oldest records go and the
+// floor rises to the newest of them: entries older than it are treated as
+// purged, which costs refetches, never a purged answer.
+const maxPurgeRecords = 10_000
+
+// add appends r and drops records older than since (unix ns).
+func (l *purgeLog) add(r purgeRecord, since int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var old []purgeRecord
+	if p := l.recs.Load(); p != nil {
+		old = *p
+	}
+	i := 0
+	for i < len(old) && old[i].at < since {
+		i++
+	}
+	if n := len(old) - i + 1; n > maxPurgeRecords {
+		drop := n - maxPurgeRecords
+		l.raiseFloor(old[i+drop-1].at)
+		i += drop
+	}
+	recs := make([]purgeRecord, 0, len(old)-i+1)
+	recs = append(recs, old[i:]...)
+	// Keep the order by time: a record from another node may be older
+	// than the newest one here.
+	j := len(recs)
+	for j > 0 && recs[j-1].at > r.at {
+		j--
+	}
+	recs = append(recs, purgeRecord{})
+	copy(recs[j+1:], recs[j:])
+	recs[j] = r
+	l.recs.Store(&recs)
+}
+
+func (l *purgeLog) raiseFloor(at int64) {
+	for {
+		f := l.floor.Load()
+		if at <= f || l.floor.CompareAndSwap(f, at) {
+			return
+		}
+	}
+}
+
+// after reports whether a purge may have selected an answer fetched at
+// stored (unix ns): the floor is above it or a record is newer. One load
+// and a compare or two: the common case, no purge since, costs nothing.
+func (l *purgeLog) after(stored int64) bool {
+	if stored < l.floor.Load() {
+		return true
+	}
+	p := l.recs.Load()
+	return p != nil && len(*p) > 0 && (*p)[len(*p)-1].at > stored
+}
+
+// verdict judges e by the purges that ran after its answer was fetched
+// and not before since (unix ns): drop for a hard one, else the earliest
+// time a soft one made it stale (0: none).
+func (l *purgeLog) verdict(e *cache.Entry, since int64) (drop bool, staleFrom int64) {
+	if e.Stored < l.floor.Load() {
+		return true, 0
+	}
+	p := l.recs.Load()
+	if p == nil {
+		return false, 0
+	}
+	recs := *p
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		if r.at <= e.Stored || r.at < since {
+			break // older purges cannot have missed this answer
+		}
+		if !r.sel.match(e) {
+			continue
+		}
+		if !r.sel.soft {
+			return true, 0
+		}
+		staleFrom = r.at
+	}
+	return false, staleFrom
+}

@@ -1,0 +1,125 @@
+package proxy
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/buger/jsonparser"
+	"github.com/cespare/xxhash/v2"
+
+	"explorer-edge/cache"
+)
+
+// An entry's tags are what a purge selects it by (cache/tags.go): its
+// route, its chain, the hashes it was asked for, and the range of block
+// heights it contains. They are read from the key and the body once, when
+// the entry is stored: on the miss path, never on a hit.
+
+// tagPerHash is the route tag of per-hash entries (hash|CHAIN|0x..), which
+// both per-hash routes answer from.
+const tagPerHash = uint8(numRoutes) + 1
+
+// routeTag is the route tag of r's whole-key answers.
+func routeTag(r *route) uint8 { return uint8(r.id) + 1 }
+
+// hashDigest is the tag of a hash, in canonical (lower) case.
+func hashDigest(h string) uint64 { return xxhash.Sum64String(strings.ToLower(h)) }
+
+// chainTag is the tag of a canonical (upper-case) chain name; 0 if the
+// edge does not serve it.
+func (p *Proxy) chainTag(chain string) uint8 {
+	for i, c := range p.chains {
+		if c == chain {
+			return uint8(i) + 1
+		}
+	}
+	return 0
+}
+
+// tagEntry is the cache's tagger.
+func (p *Proxy) tagEntry(e *cache.Entry) cache.Tags {
+	var t cache.Tags
+	if rest, ok := strings.CutPrefix(e.Key, "hash|"); ok {
+		chain, hash, _ := strings.Cut(rest, "|")
+		t.Route, t.Chain, t.Hashes = tagPerHash, p.chainTag(chain), []uint64{hashDigest(hash)}
+		crossHeights(&t, wrapData(e.Body))
+		return t
+	}
+	path, _, _ := strings.Cut(e.Key, "?")
+	r := routeByPath([]byte(path))
+	if r == nil {
+		return t
+	}
+	var q query
+	q.parseKey(r, e.Key)
+	t.Route, t.Chain = routeTag(r), p.chainTag(string(q.chain))
+	if q.nHashes > 0 {
+		t.Hashes = make([]uint64, q.nHashes)
+		for i := range q.nHashes {
+			t.Hashes[i] = hashDigest(string(q.hash(i)))
+		}
+	}
+	switch r.id {
+	case routeBlockList:
+		// The blocks' hashes tell a reorganization (reorg.go).
+		var rows []blockRow
+		jsonparser.ArrayEach(e.Body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+			s, _ := jsonparser.GetString(row, "height")
+			h, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || h < 0 {
+				return
+			}
+			widen(&t, h)
+			if hash, err := jsonparser.GetString(row, "hash"); err == nil && hash != "" {
+				state, _ := jsonparser.GetString(row, "state")
+				rows = append(rows, blockRow{h, hash, state == "done"})
+			}
+		}, "data", "[0]", "blockList")
+		if from, deep := p.observeBlocks(string(q.chain), rows, e.Stored); from >= 0 {
+			p.reorganized(string(q.chain), from, e.Stored, deep)
+		}
+	case routeTransactionList:
+		if q.height >= 0 {
+			widen(&t, q.height)
+		}
+	case routeInternalTransactionMulti:
+		// The spec names the list both ways; explorer-sim uses transactionList.
+		if !rowHeights(&t, e.Body, "height", "data", "[0]", "transactionList") {
+			rowHeights(&t, e.Body, "height", "data", "[0]", "internalTransactionDetails")
+		}
+	case routeTransactionMulti, routeTransactionFills:
+		crossHeights(&t, e.Body)
+	}
+	return t
+}
+
+// crossHeights widens t by the heights of the cross-chain records in an
+// envelope: chainxBlockHeight is the height of the transfer's transaction
+// on the chain asked.
+func crossHeights(t *cache.Tags, body []byte) {
+	rowHeights(t, body, "chainxBlockHeight", "data")
+}
+
+// rowHeights widens t by the field of every row of the array at path; it
+// reports whether the array is there.
+func rowHeights(t *cache.Tags, body []byte, field string, path ...string) bool {
+	_, err := jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+		s, err := jsonparser.GetString(row, field)
+		if err != nil {
+			return
+		}
+		if h, err := strconv.ParseInt(s, 10, 64); err == nil && h >= 0 {
+			widen(t, h)
+		}
+	}, path...)
+	return err == nil
+}
+
+// widen makes t's height range hold h.
+func widen(t *cache.Tags, h int64) {
+	if t.Hi <= t.Lo {
+		t.Lo, t.Hi = h, h+1
+		return
+	}
+	t.Lo, t.Hi = min(t.Lo, h), max(t.Hi, h+1)
+}
