@@ -27,7 +27,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"explorer-edge/cache"
-	"explorer-edge/config"
 	"explorer-edge/metrics"
 )
 
@@ -59,21 +58,6 @@ type Config struct {
 	PurgeKeep int
 }
 
-// ConfigOf takes the shared tier's settings from the configuration file.
-func ConfigOf(c config.Config) Config {
-	var addrs []string
-	for _, a := range strings.Split(c.Shared.RedisAddr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	s := c.Shared
-	return Config{
-		Addrs: addrs, Username: s.RedisUsername, Password: s.RedisPassword, TLS: s.RedisTLS, Cluster: s.RedisCluster,
-		Timeout: s.Timeout, LockTTL: s.LockTTL, LockWait: s.LockWait, Prefix: s.Prefix,
-		Rate: c.Upstream.Rate, Burst: c.Upstream.Burst, LocalShare: s.LocalShare, MaxBody: c.Upstream.MaxResponseBytes,
-	}
-}
 
 // Operations and outcomes, the label values of shared_requests_total.
 const (

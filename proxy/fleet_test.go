@@ -137,7 +137,7 @@ func startFleetEdge(base *harness, wrap ...func(*fleet.Redis) Tier) *fleetEdge {
 	e.harness.startWith(func(o *Options) func() {
 		o.Metrics.RegisterShared()
 		var err error
-		if e.shared, err = fleet.New(fleet.ConfigOf(e.cfg), o.Metrics, nil); err != nil {
+		if e.shared, err = fleet.New(fleetConfigOf(e.cfg), o.Metrics, nil); err != nil {
 			t.Fatal(err)
 		}
 		o.Tier, o.Budget = e.shared, e.shared.Budget()
@@ -557,7 +557,7 @@ func TestFleetLockBounds(t *testing.T) {
 		t.Cleanup(c.Close)
 		m := metrics.New(RouteNames(), cfg.Chains, c)
 		m.RegisterShared()
-		r, err := fleet.New(fleet.ConfigOf(cfg), m, nil)
+		r, err := fleet.New(fleetConfigOf(cfg), m, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -640,7 +640,7 @@ func TestFleetStartsBeforeRedis(t *testing.T) {
 	defer c.Close()
 	m := metrics.New(RouteNames(), cfg.Chains, c)
 	m.RegisterShared()
-	r, err := fleet.New(fleet.ConfigOf(cfg), m, nil)
+	r, err := fleet.New(fleetConfigOf(cfg), m, nil)
 	if err != nil {
 		t.Fatalf("Redis down at start must not stop the node: %v", err)
 	}
@@ -843,5 +843,22 @@ func logShared(t testing.TB, edges []*fleetEdge) {
 			}
 		}
 		t.Logf("edge %d:%s", i, b.String())
+	}
+}
+
+// fleetConfigOf is cmd/explorer-edge's fleetConfig, for the tests that wire
+// edges with a shared tier as the binary does.
+func fleetConfigOf(c config.Config) fleet.Config {
+	var addrs []string
+	for _, a := range strings.Split(c.Shared.RedisAddr, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	s := c.Shared
+	return fleet.Config{
+		Addrs: addrs, Username: s.RedisUsername, Password: s.RedisPassword, TLS: s.RedisTLS, Cluster: s.RedisCluster,
+		Timeout: s.Timeout, LockTTL: s.LockTTL, LockWait: s.LockWait, Prefix: s.Prefix,
+		Rate: c.Upstream.Rate, Burst: c.Upstream.Burst, LocalShare: s.LocalShare, MaxBody: c.Upstream.MaxResponseBytes,
 	}
 }

@@ -26,7 +26,7 @@ func startPurgeEdge(base *harness, addr string, tune func(*fleet.Config)) *fleet
 	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
 	e.harness.startWith(func(o *Options) func() {
 		o.Metrics.RegisterShared()
-		fc := fleet.ConfigOf(e.cfg)
+		fc := fleetConfigOf(e.cfg)
 		fc.Addrs = []string{addr}
 		fc.Backoff = 50 * time.Millisecond
 		if tune != nil {

@@ -149,7 +149,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		// upstream budget and its fetch locks. Redis being down is not an
 		// error here: the node serves alone until it answers.
 		m.RegisterShared()
-		shared, err := fleet.New(fleet.ConfigOf(cfg), m, log)
+		shared, err := fleet.New(fleetConfig(cfg), m, log)
 		if err != nil {
 			return err
 		}
