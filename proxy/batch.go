@@ -125,8 +125,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		// Never serve one hash's record for another: fall back to the
 		// request whole, cached under its own key.
 		p.metrics.BatchUnmapped.Inc()
-		key := string(q.key)
-		a, leader, err := p.load(s, q.route, key, whole != nil, false)
+		a, leader, err := p.load(s, q.request(whole != nil, false))
 		p.answer(ctx, s, q, whole, a, leader, err, start)
 		return
 	}
@@ -272,16 +271,12 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	status, body, err := p.up.fetch(s, r, key.String(), haveStale, false)
-	if err == nil {
-		var code string
-		if code, err = envelopeCode(body); err != nil {
-			err = errMalformed.with(err, 0)
-		} else if code != "0" || status != fasthttp.StatusOK {
-			msg, _ := jsonparser.GetString(body, "msg")
-			err = &Error{Status: status, Code: code, Msg: msg, reason: reasonEnvelope,
-				answered: !upstreamFailing(status, code)}
-		}
+	up, err := p.up.fetch(s, &fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale})
+	body := up.body
+	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
+		msg, _ := jsonparser.GetString(body, "msg")
+		err = &Error{Status: up.status, Code: up.code, Msg: msg, reason: reasonEnvelope,
+			answered: !upstreamFailing(up.status, up.code)}
 	}
 	if err != nil {
 		for _, i := range ask {
