@@ -58,7 +58,6 @@ type Config struct {
 	PurgeKeep int
 }
 
-
 // Operations and outcomes, the label values of shared_requests_total.
 const (
 	opGet = iota
