@@ -346,12 +346,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		old = a.stale
 	}
 	if err != nil {
-		if old.UsableOnError(now.UnixNano()) {
-			p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
-			p.done(ctx, id, metrics.ResultStaleError, start)
-			return
-		}
-		p.fail(ctx, id, start, err)
+		p.staleOrFail(ctx, q, old, err, start, now)
 		return
 	}
 	result := metrics.ResultMiss
@@ -398,6 +393,21 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(a.code), time.Since(start).Seconds())
 	p.access(ctx, id, result, a.code, start)
+}
+
+// staleOrFail answers a failure: with old when it may stand in for it at
+// now (within stale_if_error, and the failure is the upstream's, not its
+// answer to the question), else with the error. It is the one place this
+// is decided, for whole-key and per-hash routes.
+func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, err error, start, now time.Time) {
+	var e *Error
+	answered := errors.As(err, &e) && e.answered
+	if !answered && old.UsableOnError(now.UnixNano()) {
+		p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
+		p.done(ctx, q.route.id, metrics.ResultStaleError, start)
+		return
+	}
+	p.fail(ctx, q.route.id, start, err)
 }
 
 // done records a request answered with an envelope of code "0".
