@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test vet bench bench-compare bench-replay fuzz fuzz-ci soak clean
+.PHONY: build run test vet lint bench bench-compare bench-replay fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -18,7 +18,13 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-test: vet build
+# staticcheck, pinned; `go run` fetches it through the module proxy (the
+# first run takes about a minute, later ones use the module and build caches).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
+test: vet lint build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
 	$(GO) test -race -count=1 -timeout 10m ./...
 	# Allocation counts mean nothing under -race: these run once without it.

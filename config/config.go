@@ -16,7 +16,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/env"
+	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
@@ -252,12 +252,12 @@ func load(path string) (Config, error) {
 	// EDGE_UPSTREAM__SECRET_KEY -> upstream.secret_key.
 	// Client credentials (EDGE_AUTH__CLIENTS__<NAME>__...) address a list
 	// item by name; applyClientEnv handles them.
-	err := k.Load(env.Provider("EDGE_", ".", func(s string) string {
-		if strings.HasPrefix(s, "EDGE_AUTH__CLIENTS__") {
-			return ""
+	err := k.Load(env.Provider(".", env.Opt{Prefix: "EDGE_", TransformFunc: func(name, value string) (string, any) {
+		if strings.HasPrefix(name, "EDGE_AUTH__CLIENTS__") {
+			return "", nil
 		}
-		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(s, "EDGE_")), "__", ".")
-	}), nil)
+		return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "EDGE_")), "__", "."), value
+	}}), nil)
 	if err != nil {
 		return Config{}, err
 	}

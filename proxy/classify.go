@@ -48,11 +48,11 @@ func (q *query) parseKey(r *route, key string) {
 		args.Parse(key[i+1:])
 	}
 	chains := []string{}
-	args.VisitAll(func(k, v []byte) {
+	for k, v := range args.All() {
 		if string(k) == "chainShortName" {
 			chains = append(chains, string(v))
 		}
-	})
+	}
 	q.parse(r, &args, chains)
 }
 

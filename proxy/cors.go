@@ -26,7 +26,6 @@ var (
 	hdrACAH          = []byte("Access-Control-Allow-Headers")
 	hdrACMA          = []byte("Access-Control-Max-Age")
 	hdrACRM          = []byte("Access-Control-Request-Method")
-	hdrAllow         = []byte("Allow")
 	valStar          = []byte("*")
 	valOrigin        = []byte("Origin")
 	valAEOrigin      = []byte("Accept-Encoding, Origin")
