@@ -3,7 +3,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: build run test vet lint bench bench-compare bench-replay fuzz fuzz-ci soak clean
+.PHONY: build run test vet lint prometheusrule bench bench-compare bench-replay fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -23,6 +23,13 @@ vet:
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	$(GO) run $(STATICCHECK) ./...
+
+# The Prometheus Operator's copy of deploy/prometheus/alerts.yaml. Commit
+# the result; `make test` fails while it is out of date. RUNBOOK_BASE puts
+# your repository's address in front of the runbook links.
+RUNBOOK_BASE ?=
+prometheusrule:
+	$(GO) run ./deploy/cmd/prometheusrule -runbook-base '$(RUNBOOK_BASE)' -o deploy/k8s/prometheusrule.yaml deploy/prometheus/alerts.yaml
 
 test: vet lint build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
