@@ -61,7 +61,7 @@ func FuzzParams(f *testing.F) {
 		}
 		var again fasthttp.Args
 		again.ParseBytes(rawQuery)
-		again.VisitAll(func(k, _ []byte) {
+		for k := range again.All() {
 			known := false
 			for _, p := range r.params {
 				known = known || p.name == string(k)
@@ -69,7 +69,7 @@ func FuzzParams(f *testing.F) {
 			if !known {
 				t.Fatalf("key %q holds unknown parameter %q", key, k)
 			}
-		})
+		}
 		var q2 query
 		if err := q2.parse(r, &again, fuzzChains); err != nil || !bytes.Equal(q2.key, key) {
 			t.Fatalf("key %q is not a fixed point: %q, %v", key, q2.key, err)
