@@ -34,7 +34,7 @@ func TestEveryRouteAnswersAsTheSimThenFromCache(t *testing.T) {
 	h := newHarness(t)
 	targets := h.targets()
 	// transaction-multi runs before transaction-fills, which asks one of its
-	// hashes: per-hash caching makes that a hit (DESIGN.md section 4).
+	// hashes: per-hash caching makes that a hit (docs/design.md, per-hash batches).
 	for _, name := range RouteNames() {
 		target := targets[name]
 		t.Run(name, func(t *testing.T) {

@@ -60,7 +60,7 @@ type route struct {
 	// pages go to the upstream, which decides.
 	window int
 	// perHash routes are cached per (chain, hash): transaction-multi and
-	// transaction-fills return the same records (DESIGN.md section 4).
+	// transaction-fills return the same records (docs/design.md, per-hash batches).
 	perHash bool
 	// classify reads an upstream answer and returns its cache class.
 	classify func(e *Proxy, f *fetchReq, body []byte) cache.Class

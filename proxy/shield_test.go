@@ -130,7 +130,7 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	}
 }
 
-// sign is a test-local HMAC written from the DESIGN.md description, not
+// sign is a test-local HMAC written from the description in docs/design.md, not
 // the signer package: Base64(HMAC-SHA256(secret, ts + "GET" + requestPath)).
 func sign(secret, ts, requestPath string) string {
 	m := hmac.New(sha256.New, []byte(secret))

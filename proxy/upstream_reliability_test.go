@@ -23,7 +23,7 @@ import (
 	"explorer-edge/sim"
 )
 
-// The upstream's half of issue 18: what an upstream that misbehaves (a
+// The upstream's part of the abuse and fault tests: what an upstream that misbehaves (a
 // gzip bomb, dropped connections, a Retry-After of a year, refusals asked
 // again and again) may cost the edge. docs/reliability-upstream.md gives
 // each test's figure before and after.

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Vectors from the design brief (DESIGN.md section 1).
+// Vectors of the signing scheme (docs/design.md, The contract).
 func TestSignVectors(t *testing.T) {
 	const secret = "22582BD0CFF14C41EDBF1AB98506286D"
 	const ts = "2020-12-08T09:08:57.715Z"

@@ -9,7 +9,7 @@ import (
 )
 
 // TestAuth signs requests with the signer package (the method of the
-// DESIGN.md vectors) and checks every rejection code, in the documented
+// signer/signer_test.go vectors) and checks every rejection code, in the documented
 // order of checks.
 func TestAuth(t *testing.T) {
 	s := start(t, Config{Auth: true})
@@ -19,9 +19,9 @@ func TestAuth(t *testing.T) {
 	c := client(t, 10*time.Second)
 
 	// Hand-written vector: the signature is Base64(HMAC-SHA256(secret,
-	// timestamp + "GET" + requestPath)), as DESIGN.md's table computes.
+	// timestamp + "GET" + requestPath)), as signer/signer_test.go's vectors compute.
 	if got := signer.Sign("22582BD0CFF14C41EDBF1AB98506286D", "2020-12-08T09:08:57.715Z", "GET", q); got != "2H8iYiiEbTqKdEuWC0WigfWKclsViuI9oemQM2kfnjQ=" {
-		t.Fatalf("signer disagrees with the DESIGN.md vector: %s", got)
+		t.Fatalf("signer disagrees with the signer_test.go vector: %s", got)
 	}
 
 	cases := []struct {
@@ -51,7 +51,7 @@ func TestAuth(t *testing.T) {
 		{"four fraction digits", func(r *http.Request) { resign(r, demo, time.Now().UTC().Format("2006-01-02T15:04:05.0000Z")) }, "50112"},
 		{"timestamp 31s old", func(r *http.Request) { resign(r, demo, signer.Timestamp(time.Now().Add(-31*time.Second))) }, "50102"},
 		{"timestamp 31s ahead", func(r *http.Request) { resign(r, demo, signer.Timestamp(time.Now().Add(31*time.Second))) }, "50102"},
-		{"DESIGN.md vector timestamp", func(r *http.Request) {
+		{"signer_test.go vector timestamp", func(r *http.Request) {
 			resign(r, signer.Credentials{APIKey: demo.APIKey, Passphrase: demo.Passphrase, SecretKey: "22582BD0CFF14C41EDBF1AB98506286D"}, "2020-12-08T09:08:57.715Z")
 		}, "50102"},
 		{"wrong secret", func(r *http.Request) {

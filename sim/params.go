@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Explorer error codes (DESIGN.md section 1).
+// Explorer error codes (README.md, Errors; docs/design.md, The contract).
 const (
 	codeMissing      = "50014"
 	codeInvalid      = "50036"

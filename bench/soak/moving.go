@@ -1,6 +1,6 @@
 package main
 
-// The moving chain (issue 17's differential freshness test, against the
+// The moving chain (the differential freshness test of proxy/freshness_test.go, against the
 // real binaries): a second explorer-sim whose chain follows real time, a
 // block a second, and a second explorer-edge in front of it with the
 // shipped TTLs and stale windows. While the load runs, one poller per
@@ -46,7 +46,7 @@ import (
 
 const (
 	// tipBound is how many blocks the newest page may lag the upstream:
-	// head fresh time 1 s + head stale window 1 s (README, classes).
+	// head fresh time 1 s + head stale window 1 s (docs/design.md, Classes and TTLs).
 	tipBound = 2
 	// finalMaxAge: a freshness lifetime of an hour or more is a promise
 	// that the bytes no longer change.
