@@ -8,7 +8,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE ?= explorer-edge:$(VERSION)
 
-.PHONY: build image run test vet bench bench-compare bench-replay fuzz fuzz-ci soak clean
+.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-replay fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -28,7 +28,20 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-test: vet build
+# staticcheck, pinned; `go run` fetches it through the module proxy (the
+# first run takes about a minute, later ones use the module and build caches).
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(GO) run $(STATICCHECK) ./...
+
+# The Prometheus Operator's copy of deploy/prometheus/alerts.yaml. Commit
+# the result; `make test` fails while it is out of date. RUNBOOK_BASE puts
+# your repository's address in front of the runbook links.
+RUNBOOK_BASE ?=
+prometheusrule:
+	$(GO) run ./deploy/cmd/prometheusrule -runbook-base '$(RUNBOOK_BASE)' -o deploy/k8s/prometheusrule.yaml deploy/prometheus/alerts.yaml
+
+test: vet lint build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
 	$(GO) test -race -count=1 -timeout 10m ./...
 	# Allocation counts mean nothing under -race: these run once without it.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/env"
+	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 )
@@ -351,14 +351,14 @@ func load(path string) (Config, sources, problems, error) {
 	// the like for a Service named edge. Client credentials
 	// (EDGE_AUTH__CLIENTS__<NAME>__...) address a list item by name;
 	// applyClientEnv handles them.
-	err := k.Load(env.ProviderWithValue("EDGE_", ".", func(name, value string) (string, any) {
+	err := k.Load(env.Provider(".", env.Opt{Prefix: "EDGE_", TransformFunc: func(name, value string) (string, any) {
 		key, ok := envKey(name)
 		if !ok {
 			return "", nil
 		}
 		src.env[key] = name
 		return key, value
-	}), nil)
+	}}), nil)
 	if err != nil {
 		return Config{}, src, nil, err
 	}

@@ -33,7 +33,6 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	c.Upstream.Timeout = -time.Second
 	c.Auth.Mode = "maybe"
 	c.Cache.StaleIfError = -time.Second
-	c.Cache.TTL["block-list"] = c.Cache.TTL["block-list"]
 	bl := c.Cache.TTL["block-list"]
 	bl.Head = -time.Second
 	c.Cache.TTL["block-list"] = bl

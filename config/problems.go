@@ -116,7 +116,13 @@ func decodeProblems(prefix string, err error, src sources) problems {
 			walk(de.Unwrap())
 			return
 		}
-		key := joinKey(prefix, de.Name())
+		name := de.Name()
+		if strings.HasPrefix(name, "config.") {
+			// mapstructure 2.5 names the top level by its Go type
+			// (config.Config); no key of the file starts with "config".
+			name = ""
+		}
+		key := joinKey(prefix, name)
 		if unknown, ok := strings.CutPrefix(de.Unwrap().Error(), "has invalid keys: "); ok {
 			for _, k := range strings.Split(unknown, ", ") {
 				out = append(out, problem{source: src.file, key: joinKey(key, k), msg: "unknown key"})

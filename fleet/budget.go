@@ -34,8 +34,14 @@ local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
-local tat = tonumber(redis.call("GET", KEYS[1])) or now
+local stored = redis.pcall("GET", KEYS[1])
 local reset = 0
+if type(stored) == "table" and stored.err then
+  redis.call("DEL", KEYS[1]) -- another type of value (a hash, a list): not ours
+  stored = false
+  reset = 1
+end
+local tat = tonumber(stored) or now
 if tat ~= tat or tat > now + 2 * burst * interval + 1000000 then
   tat = now
   reset = 1

@@ -58,7 +58,6 @@ type Config struct {
 	PurgeKeep int
 }
 
-
 // Operations and outcomes, the label values of shared_requests_total.
 const (
 	opGet = iota
@@ -207,6 +206,12 @@ func (r *Redis) result(op int, err error) bool {
 	case rueidis.IsRedisNil(err):
 		r.requests[op][outMiss].Inc()
 		return true
+	case isWrongType(err):
+		// A value of another type where ours goes was written by someone
+		// else: a miss, not a Redis that is down.
+		r.requests[op][outMiss].Inc()
+		r.rejected("entry")
+		return true
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		r.requests[op][outTimeout].Inc()
 	default:
@@ -216,6 +221,11 @@ func (r *Redis) result(op int, err error) bool {
 		r.log.Warn("shared tier failed; serving alone", "op", opNames[op], "err", err, "retry_in", r.cfg.Backoff)
 	}
 	return false
+}
+
+func isWrongType(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 func isTimeout(err error) bool {

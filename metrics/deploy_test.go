@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+	"go.yaml.in/yaml/v3"
 
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
@@ -205,6 +206,109 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+	}
+}
+
+// alertRules reads the alerting rules of alerts.yaml.
+func alertRules(t *testing.T) []alertRule {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", "alerts.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	var out []alertRule
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+// githubAnchor is the fragment GitHub gives a Markdown heading: lower
+// case, punctuation other than '-' and '_' dropped, spaces as '-'.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// runbookAnchors lists the anchors of the "###" sections under "## Runbook"
+// in docs/operations.md.
+func runbookAnchors(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var anchors []string
+	in := false
+	for _, line := range strings.Split(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			in = strings.TrimSpace(line[3:]) == "Runbook"
+		case in && strings.HasPrefix(line, "### "):
+			anchors = append(anchors, githubAnchor(line[4:]))
+		}
+	}
+	return anchors
+}
+
+// TestAlertRulesHaveRunbooks: every alert is named ExplorerEdge..., and its
+// runbook_url points to its own section of the runbook in
+// docs/operations.md, which exists; every runbook section is an alert's.
+func TestAlertRulesHaveRunbooks(t *testing.T) {
+	rules := alertRules(t)
+	anchors := runbookAnchors(t)
+	if len(rules) < 10 || len(anchors) == 0 {
+		t.Fatalf("%d alerts, %d runbook sections: is the parsing still right?", len(rules), len(anchors))
+	}
+	used := map[string]bool{}
+	for _, r := range rules {
+		if !strings.HasPrefix(r.Alert, "ExplorerEdge") {
+			t.Errorf("alert %s: name it ExplorerEdge..., so it says which product pages", r.Alert)
+		}
+		url := r.Annotations["runbook_url"]
+		want := "docs/operations.md#" + githubAnchor(r.Alert)
+		if url != want {
+			t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, url, want)
+		}
+		_, anchor, _ := strings.Cut(url, "#")
+		if !slices.Contains(anchors, anchor) {
+			t.Errorf("alert %s: runbook_url %q: docs/operations.md has no section #%s under ## Runbook", r.Alert, url, anchor)
+		}
+		used[anchor] = true
+	}
+	for _, a := range anchors {
+		if !used[a] {
+			t.Errorf("docs/operations.md runbook section #%s belongs to no alert", a)
+		}
+	}
+	if githubAnchor("ExplorerEdge Breaker-open (pod)") != "exploreredge-breaker-open-pod" {
+		t.Errorf("githubAnchor: %q", githubAnchor("ExplorerEdge Breaker-open (pod)"))
 	}
 }
 

@@ -2,6 +2,10 @@
 // (DESIGN.md section 8) on a registry of its own. Label values come from
 // fixed sets given at construction; per-label series are resolved once, so
 // recording on the hit path is an index into a slice and an atomic add.
+// Series that are expected to move exist from the start (rate() sees their
+// first event); those of route="unknown" that cannot move (a path outside
+// the table never reaches the cache or the upstream) are made only if they
+// ever do.
 package metrics
 
 import (
@@ -56,11 +60,18 @@ const (
 type Metrics struct {
 	Registry *prometheus.Registry
 
+	// [route][...]; the last route is "unknown". A nil entry is a series
+	// not made at start (see lazy).
 	requests        [][]prometheus.Counter // [route][code]
 	requestDuration []prometheus.Observer  // [route]
 	cacheResults    [][]prometheus.Counter // [route][result]
 	upstream        [][]prometheus.Counter // [route][outcome]
 	upstreamDur     []prometheus.Observer  // [route]
+	routeNames      []string
+	requestsVec     *prometheus.CounterVec
+	cacheResultsVec *prometheus.CounterVec
+	upstreamVec     *prometheus.CounterVec
+	upstreamDurVec  *prometheus.HistogramVec
 	finalHeight     map[string]prometheus.Gauge
 	rejections      [numRejects]prometheus.Counter
 	codeIndex       map[string]int
@@ -112,11 +123,21 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		m.codeIndex[c] = i
 	}
 	labels := append(append([]string{}, routes...), "unknown")
+	unknown := len(routes)
+	m.routeNames = labels
 
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
 		Help: "Client requests answered, by route and envelope code."}, []string{"route", "code"})
-	// Hits take tens of microseconds, upstream calls up to seconds.
-	latency := []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	// A hit takes 2-20 us from request read to response written, a miss
+	// up to upstream.timeout (5s by default): 1-2.5-5 steps from 2.5 us to
+	// 10 s, so each bucket's bounds are at most 2.5x apart (21 buckets).
+	// An upstream call takes 100 us at the very least.
+	latency := []float64{
+		2.5e-6, 5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+		1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3,
+		1, 2.5, 5, 10,
+	}
+	upLatency := latency[5:] // from 100 us
 	reqDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
 		Help: "Time from request read to response written, by route.", Buckets: latency}, []string{"route"})
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cache_results_total",
@@ -124,7 +145,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	up := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_requests_total",
 		Help: "Upstream calls (and calls refused before sending: breaker_open, budget_exhausted) by route and outcome."}, []string{"route", "outcome"})
 	upDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "upstream_duration_seconds",
-		Help: "Duration of one upstream attempt, by route.", Buckets: latency}, []string{"route"})
+		Help: "Duration of one upstream attempt, by route.", Buckets: upLatency}, []string{"route"})
 	final := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height",
 		Help: "Highest block height seen with state done, by chain."}, []string{"chain"})
 	rej := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "client_rejections_total",
@@ -187,24 +208,30 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 			Help: "Entries evicted for space or expired."}, func() float64 { return float64(cs.Evictions()) }),
 	)
 
-	for _, r := range labels {
+	m.requestsVec, m.cacheResultsVec, m.upstreamVec, m.upstreamDurVec = requests, results, up, upDur
+	for id, r := range labels {
 		codes := make([]prometheus.Counter, len(Codes))
+		res := make([]prometheus.Counter, numResults)
+		out := make([]prometheus.Counter, numOutcomes)
+		m.requests = append(m.requests, codes)
+		m.requestDuration = append(m.requestDuration, reqDur.WithLabelValues(r))
+		m.cacheResults = append(m.cacheResults, res)
+		m.upstream = append(m.upstream, out)
+		m.upstreamDur = append(m.upstreamDur, nil)
+		if id == unknown {
+			codes[m.codeIndex["404"]] = requests.WithLabelValues(r, "404")
+			continue
+		}
 		for i, c := range Codes {
 			codes[i] = requests.WithLabelValues(r, c)
 		}
-		m.requests = append(m.requests, codes)
-		m.requestDuration = append(m.requestDuration, reqDur.WithLabelValues(r))
-		res := make([]prometheus.Counter, numResults)
 		for i, name := range resultNames {
 			res[i] = results.WithLabelValues(r, name)
 		}
-		m.cacheResults = append(m.cacheResults, res)
-		out := make([]prometheus.Counter, numOutcomes)
 		for i, name := range outcomeNames {
 			out[i] = up.WithLabelValues(r, name)
 		}
-		m.upstream = append(m.upstream, out)
-		m.upstreamDur = append(m.upstreamDur, upDur.WithLabelValues(r))
+		m.upstreamDur[id] = upDur.WithLabelValues(r)
 	}
 	for _, c := range chains {
 		m.finalHeight[c] = final.WithLabelValues(c)
@@ -283,18 +310,37 @@ func (m *Metrics) CodeIndex(code string) int {
 
 // Request records one answered client request.
 func (m *Metrics) Request(route, code int, seconds float64) {
-	m.requests[route][code].Inc()
+	c := m.requests[route][code]
+	if c == nil {
+		c = m.requestsVec.WithLabelValues(m.routeNames[route], Codes[code])
+	}
+	c.Inc()
 	m.requestDuration[route].Observe(seconds)
 }
 
 // CacheResult records one cache outcome.
-func (m *Metrics) CacheResult(route, result int) { m.cacheResults[route][result].Inc() }
+func (m *Metrics) CacheResult(route, result int) {
+	c := m.cacheResults[route][result]
+	if c == nil {
+		c = m.cacheResultsVec.WithLabelValues(m.routeNames[route], resultNames[result])
+	}
+	c.Inc()
+}
 
 // Upstream records one upstream attempt (seconds < 0: not sent).
 func (m *Metrics) Upstream(route, outcome int, seconds float64) {
-	m.upstream[route][outcome].Inc()
-	if seconds >= 0 {
-		m.upstreamDur[route].Observe(seconds)
+	c := m.upstream[route][outcome]
+	if c == nil {
+		c = m.upstreamVec.WithLabelValues(m.routeNames[route], outcomeNames[outcome])
+	}
+	c.Inc()
+	if seconds < 0 {
+		return
+	}
+	if o := m.upstreamDur[route]; o != nil {
+		o.Observe(seconds)
+	} else {
+		m.upstreamDurVec.WithLabelValues(m.routeNames[route]).Observe(seconds)
 	}
 }
 

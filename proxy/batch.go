@@ -55,113 +55,165 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 	return b
 }
 
-// serveBatch answers a per-hash route from the item cache and the batcher.
-// whole is the request's own cached answer, if any: only one made by the
-// fallback below has stale windows, and it stands in for a failure.
+// serveBatch answers a per-hash route from the item cache and the batcher:
+// look the hashes up, refresh the stale ones behind, fetch the missing ones,
+// and assemble the answer in the order asked. whole is the request's own
+// cached answer, if any: only one made by the fallback below has stale
+// windows, and it stands in for a failure.
 func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
 	chain := string(q.chain)
-	n := q.nHashes
-	items := make([]*cache.Entry, n)
-	var need, stale []string
-	var needIdx []int
-	fromCache := 0
-	ns := now.UnixNano()
+	parts := p.lookupParts(q, now)
+	p.refreshParts(s, chain, parts.stale)
+	err := parts.fetch(p, s, chain)
+	if errors.Is(err, errUnmapped) {
+		// Never serve one hash's record for another: fall back to the
+		// request whole, cached under its own key.
+		p.metrics.BatchUnmapped.Inc()
+		a, leader, err := p.load(s, q.request(whole != nil, false))
+		p.answer(ctx, s, q, whole, a, leader, err, start)
+		return
+	}
+	if err != nil && !parts.standIn(err, now.UnixNano()) {
+		p.staleOrFail(ctx, q, whole, err, start, now)
+		return
+	}
+	result, st := parts.status(err)
+	assembled := assemble(string(q.key), parts.items)
+	if assembled.Fresh > now.UnixNano() && err == nil {
+		p.cache.Set(assembled, now)
+	} else if st == statusPartial || st == statusMiss {
+		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
+	}
+	p.writeEntry(ctx, q, assembled, now, st)
+	p.done(ctx, q.route.id, result, start)
+}
+
+// batchParts is what the item cache and the shared tier hold of one
+// request's hashes, and what the batcher fetched of the rest.
+type batchParts struct {
+	hashes     []string       // as asked
+	items      []*cache.Entry // by position; nil until found or fetched
+	need       []int          // positions to fetch
+	stale      []string       // hashes served stale, to refresh
+	fromCache  int            // items found fresh or stale
+	fromShared int            // of those, found in the shared tier
+}
+
+// lookupParts finds q's hashes in Ristretto, then the missing ones in the
+// shared tier in one round trip.
+func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
+	chain := string(q.chain)
+	b := &batchParts{hashes: make([]string, q.nHashes), items: make([]*cache.Entry, q.nHashes)}
 	var shared []string // keys of the hashes not in Ristretto
 	var sharedIdx []int
-	for i := 0; i < n; i++ {
-		k := hashKey(chain, string(q.hash(i)))
-		if items[i] = p.cache.GetString(k); items[i] == nil && p.tier != nil {
+	for i := range b.hashes {
+		b.hashes[i] = string(q.hash(i))
+		k := hashKey(chain, b.hashes[i])
+		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.tier != nil {
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
 		}
 	}
-	fromShared := 0 // items found in the shared tier, not Ristretto
 	if len(shared) > 0 {
 		for j, e := range p.tier.GetMany(shared, now) {
 			if e != nil {
 				p.cache.Set(e, now)
-				items[sharedIdx[j]] = e
-				fromShared++
+				b.items[sharedIdx[j]] = e
+				b.fromShared++
 			}
 		}
 	}
-	for i, e := range items {
-		h := string(q.hash(i))
-		switch e.StateAt(ns) {
+	for i, e := range b.items {
+		switch e.StateAt(now.UnixNano()) {
 		case cache.Fresh:
-			fromCache++
+			b.fromCache++
 		case cache.Stale:
-			fromCache++
-			stale = append(stale, h)
+			b.fromCache++
+			b.stale = append(b.stale, b.hashes[i])
 		default:
-			need = append(need, h)
-			needIdx = append(needIdx, i)
+			b.need = append(b.need, i)
 		}
 	}
-	if len(stale) > 0 {
-		keys := make([]string, len(stale))
-		for i, h := range stale {
-			keys[i] = hashKey(chain, h)
-		}
-		p.background(keys, func(keys []string) {
-			hashes := make([]string, len(keys))
-			for i, k := range keys {
-				hashes[i] = k[strings.LastIndexByte(k, '|')+1:]
-			}
-			p.batch.fetch(s, chain, hashes, true)
-		})
-	}
-	var fetchErr error
-	if len(need) > 0 {
-		calls := p.batch.fetch(s, chain, need, len(stale) > 0)
-		for j, c := range calls {
-			if c.err != nil {
-				fetchErr = c.err
-				continue
-			}
-			items[needIdx[j]] = c.entry
-		}
-	}
-	if errors.Is(fetchErr, errUnmapped) {
-		// Never serve one hash's record for another: fall back to the
-		// request whole, cached under its own key.
-		p.metrics.BatchUnmapped.Inc()
-		key := string(q.key)
-		a, leader, err := p.load(s, q.route, key, whole != nil, false)
-		p.answer(ctx, s, q, whole, a, leader, err, start)
+	return b
+}
+
+// refreshParts fetches stale hashes in the background, once each however
+// many requests see them stale.
+func (p *Proxy) refreshParts(s *settings, chain string, stale []string) {
+	if len(stale) == 0 {
 		return
 	}
-	result, st := metrics.ResultMiss, statusMiss
-	switch {
-	case fetchErr != nil:
-		// Serve old records for the failed hashes if every one is usable.
-		var e *Error
-		answered := errors.As(fetchErr, &e) && e.answered
-		for _, i := range needIdx {
-			if answered || !items[i].UsableOnError(ns) {
-				if !answered && whole.UsableOnError(ns) {
-					p.writeEntry(ctx, q, whole, now, staleErrorStatus(fetchErr))
-					p.done(ctx, q.route.id, metrics.ResultStaleError, start)
-					return
-				}
-				p.fail(ctx, q.route.id, start, fetchErr)
-				return
-			}
-		}
-		result, st = metrics.ResultStaleError, staleErrorStatus(fetchErr)
-	case len(need) == 0 && len(stale) > 0:
-		result, st = metrics.ResultStale, statusStaleRevalidate
-	case len(need) == 0 && fromShared > 0:
-		result, st = metrics.ResultHit, statusSharedHit // as a whole key's answer from Redis says
-	case len(need) == 0:
-		result, st = metrics.ResultHit, statusHit
-	case fromCache > 0:
-		result, st = metrics.ResultPartial, statusPartial
+	keys := make([]string, len(stale))
+	for i, h := range stale {
+		keys[i] = hashKey(chain, h)
 	}
-	// Assemble in the order asked; the whole answer is cached under the
-	// request's key too, so a repeat is a plain zero-allocation hit.
-	// The answer is as old as its oldest part, fresh as long as all parts
-	// are, and may be served stale only within every part's windows.
-	body := append(make([]byte, 0, 64+n*1200), `{"code":"0","msg":"","data":[`...)
+	p.background(keys, func(keys []string) {
+		hashes := make([]string, len(keys))
+		for i, k := range keys {
+			hashes[i] = k[strings.LastIndexByte(k, '|')+1:]
+		}
+		p.batch.fetch(s, chain, hashes, true)
+	})
+}
+
+// fetch gets the needed hashes through the batcher; the error is the last
+// hash's that failed.
+func (b *batchParts) fetch(p *Proxy, s *settings, chain string) error {
+	if len(b.need) == 0 {
+		return nil
+	}
+	need := make([]string, len(b.need))
+	for j, i := range b.need {
+		need[j] = b.hashes[i]
+	}
+	var err error
+	for j, c := range p.batch.fetch(s, chain, need, len(b.stale) > 0) {
+		if c.err != nil {
+			err = c.err
+			continue
+		}
+		b.items[b.need[j]] = c.entry
+	}
+	return err
+}
+
+// standIn reports whether old records of every hash that failed may stand
+// in for the failure at now (within stale_if_error, and the failure is the
+// upstream's, not its answer to the question).
+func (b *batchParts) standIn(err error, now int64) bool {
+	var e *Error
+	if errors.As(err, &e) && e.answered {
+		return false
+	}
+	for _, i := range b.need {
+		if !b.items[i].UsableOnError(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// status is the result and Cache-Status of the assembled answer.
+func (b *batchParts) status(err error) (int, cacheStatus) {
+	switch {
+	case err != nil:
+		return metrics.ResultStaleError, staleErrorStatus(err)
+	case len(b.need) == 0 && len(b.stale) > 0:
+		return metrics.ResultStale, statusStaleRevalidate
+	case len(b.need) == 0 && b.fromShared > 0:
+		return metrics.ResultHit, statusSharedHit // as a whole key's answer from Redis says
+	case len(b.need) == 0:
+		return metrics.ResultHit, statusHit
+	case b.fromCache > 0:
+		return metrics.ResultPartial, statusPartial
+	}
+	return metrics.ResultMiss, statusMiss
+}
+
+// assemble is the answer made of items in the order asked. It is as old as
+// its oldest part, fresh as long as all parts are, may be served stale only
+// within every part's windows, and has the least settled part's class.
+func assemble(key string, items []*cache.Entry) *cache.Entry {
+	body := append(make([]byte, 0, 64+len(items)*1200), `{"code":"0","msg":"","data":[`...)
 	first := true
 	part := items[0]
 	stored, fresh, swr, sie := part.Stored, part.Fresh, part.StaleWhileRevalidate, part.StaleIfError
@@ -179,15 +231,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		class = cache.LeastSettled(class, e.Class)
 	}
 	body = append(body, "]}"...)
-	assembled := cache.NewEntry(string(q.key), body, class, time.Unix(0, stored), time.Duration(fresh-stored),
-		time.Duration(swr), time.Duration(sie))
-	if fresh > ns && fetchErr == nil {
-		p.cache.Set(assembled, now)
-	} else if st == statusPartial || st == statusMiss {
-		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
-	}
-	p.writeEntry(ctx, q, assembled, now, st)
-	p.done(ctx, q.route.id, result, start)
+	return cache.NewEntry(key, body, class, time.Unix(0, stored), time.Duration(fresh-stored), time.Duration(swr), time.Duration(sie))
 }
 
 // fetch returns one call per hash, fetching those not already under way in
@@ -272,16 +316,12 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	status, body, err := p.up.fetch(s, r, key.String(), haveStale, false)
-	if err == nil {
-		var code string
-		if code, err = envelopeCode(body); err != nil {
-			err = errMalformed.with(err, 0)
-		} else if code != "0" || status != fasthttp.StatusOK {
-			msg, _ := jsonparser.GetString(body, "msg")
-			err = &Error{Status: status, Code: code, Msg: msg, reason: reasonEnvelope,
-				answered: !upstreamFailing(status, code)}
-		}
+	up, err := p.up.fetch(s, &fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale})
+	body := up.body
+	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
+		msg, _ := jsonparser.GetString(body, "msg")
+		err = &Error{Status: up.status, Code: up.code, Msg: msg, reason: reasonEnvelope,
+			answered: !upstreamFailing(up.status, up.code)}
 	}
 	if err != nil {
 		for _, i := range ask {

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/buger/jsonparser"
-	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
 )
@@ -40,38 +39,13 @@ func envelopeCode(body []byte) (string, error) {
 	return code, nil
 }
 
-// parseKey rebuilds the parsed query of a canonical key (used on the miss
-// path, where the flight has only the key).
-func (q *query) parseKey(r *route, key string) {
-	var args fasthttp.Args
-	if i := indexByte(key, '?'); i >= 0 {
-		args.Parse(key[i+1:])
-	}
-	chains := []string{}
-	args.VisitAll(func(k, v []byte) {
-		if string(k) == "chainShortName" {
-			chains = append(chains, string(v))
-		}
-	})
-	q.parse(r, &args, chains)
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
-}
-
-func classifyVolatile(*Proxy, *query, []byte) cache.Class { return cache.Volatile }
+func classifyVolatile(*Proxy, *fetchReq, []byte) cache.Class { return cache.Volatile }
 
 // classifyBlockList: every block list is head. Its blocks, once done, never
 // change, but its totalPage and the reachable window (the newest 10000
 // blocks) move with every block, also for a page asked at a height, so no
 // block-list answer is final. Done blocks raise the chain's finalized height.
-func classifyBlockList(p *Proxy, q *query, body []byte) cache.Class {
+func classifyBlockList(p *Proxy, f *fetchReq, body []byte) cache.Class {
 	var maxDone int64
 	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		if state, _ := jsonparser.GetString(b, "state"); state != "done" {
@@ -83,7 +57,7 @@ func classifyBlockList(p *Proxy, q *query, body []byte) cache.Class {
 			}
 		}
 	}, "data", "[0]", "blockList")
-	p.observeFinal(string(q.chain), maxDone)
+	p.observeFinal(f.chain, maxDone)
 	return cache.Head
 }
 
@@ -115,8 +89,8 @@ func (p *Proxy) FinalHeight(chain string) int64 {
 
 // classifyTransactionList: a block at or below the finalized height whose
 // transactions are none pending is final; anything newer is head.
-func classifyTransactionList(p *Proxy, q *query, body []byte) cache.Class {
-	if q.height < 0 || q.height > p.FinalHeight(string(q.chain)) {
+func classifyTransactionList(p *Proxy, f *fetchReq, body []byte) cache.Class {
+	if f.height < 0 || f.height > p.FinalHeight(f.chain) {
 		return cache.Head
 	}
 	pending := false
@@ -133,7 +107,7 @@ func classifyTransactionList(p *Proxy, q *query, body []byte) cache.Class {
 
 // classifyCross: a cross-chain record with a status is settled; no record
 // may still appear (negative).
-func classifyCross(_ *Proxy, _ *query, body []byte) cache.Class {
+func classifyCross(_ *Proxy, _ *fetchReq, body []byte) cache.Class {
 	n, unsettled := 0, false
 	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		n++
@@ -157,8 +131,8 @@ func classifyCross(_ *Proxy, _ *query, body []byte) cache.Class {
 // a hash without rows (not mined yet, no internal transactions, unknown,
 // or its rows on other pages) makes it at most negative, since that hash
 // may still gain rows.
-func classifyInternal(p *Proxy, q *query, body []byte) cache.Class {
-	final := p.FinalHeight(string(q.chain))
+func classifyInternal(p *Proxy, f *fetchReq, body []byte) cache.Class {
+	final := p.FinalHeight(f.chain)
 	var seen [maxHashes]bool
 	n, newer := 0, false
 	each := func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
@@ -168,8 +142,8 @@ func classifyInternal(p *Proxy, q *query, body []byte) cache.Class {
 			newer = true
 		}
 		id, _ := jsonparser.GetString(b, "txId")
-		for i := 0; i < q.nHashes; i++ {
-			if strings.EqualFold(id, string(q.hash(i))) {
+		for i, h := range f.hashes {
+			if strings.EqualFold(id, h) {
 				seen[i] = true
 			}
 		}
@@ -184,7 +158,7 @@ func classifyInternal(p *Proxy, q *query, body []byte) cache.Class {
 	case n == 0:
 		return cache.Negative
 	}
-	for i := 0; i < q.nHashes; i++ {
+	for i := range f.hashes {
 		if !seen[i] {
 			return cache.Negative
 		}

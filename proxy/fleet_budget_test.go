@@ -175,6 +175,23 @@ func TestFleetDistrustsWhatRedisHolds(t *testing.T) {
 		}
 	})
 
+	t.Run("values of another type", func(t *testing.T) {
+		target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=11"
+		key := cacheKey(t, b.p, target)
+		for _, k := range []string{"edge:{" + key + "}", "edge:budget"} {
+			if err := rc.Do(ctx, rc.B().Del().Key(k).Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Do(ctx, rc.B().Hset().Key(k).FieldValue().FieldValue("x", "y").Build()).Error(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := b.get(target)
+		if r.status != 200 || testutil.ToFloat64(b.m.SharedUp) != 1 {
+			t.Fatalf("with hashes at the entry and budget keys: %d %s, shared_up %v (a WRONGTYPE took the node off Redis)", r.status, r.body, testutil.ToFloat64(b.m.SharedUp))
+		}
+	})
+
 	t.Run("a lock that never expires", func(t *testing.T) {
 		target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=9"
 		key := cacheKey(t, a.p, target)

@@ -206,7 +206,9 @@ func (h *harness) do(method, target string, headers ...string) resp {
 		h.t.Fatalf("%s %s: %v", method, target, err)
 	}
 	r := resp{status: res.StatusCode(), header: map[string]string{}, body: bytes.Clone(res.Body())}
-	res.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	for k, v := range res.Header.All() {
+		r.header[string(k)] = string(v)
+	}
 	return r
 }
 

@@ -116,15 +116,6 @@ func hasLabels(m *dto.Metric, pairs []string) bool {
 	return true
 }
 
-// series counts every exported series (a histogram counts once).
-func (f metricFamilies) series() int {
-	n := 0
-	for _, mf := range f {
-		n += len(mf.GetMetric())
-	}
-	return n
-}
-
 // driveEveryResult sends traffic through every route and makes every cache
 // result happen once at least, checking each one's Cache-Status.
 func driveEveryResult(t *testing.T, h *harness) {

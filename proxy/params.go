@@ -124,16 +124,12 @@ func errRepeated(name string) *Error {
 // values). Each repeated value is normalized alone, once: the cost is
 // linear in the query, whatever the client repeats.
 func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Error {
-	var err *Error
 	var scratch query
 	var buf []byte
-	args.VisitAll(func(k, v []byte) {
-		if err != nil {
-			return
-		}
+	for k, v := range args.All() {
 		p := r.param(k)
 		if p == nil || bytes.Equal(v, args.Peek(p.name)) {
-			return
+			continue
 		}
 		scratch.nHashes, scratch.chain = 0, scratch.chain[:0]
 		var e *Error
@@ -143,10 +139,10 @@ func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Er
 			val = val[1:] // the '&'
 		}
 		if e != nil || !bytes.Equal(val, keyParam(key, p.name)) {
-			err = errRepeated(p.name)
+			return errRepeated(p.name)
 		}
-	})
-	return err
+	}
+	return nil
 }
 
 // keyParam is "name=value" of name in a canonical key, or nil when key
@@ -167,9 +163,9 @@ func keyParam(key []byte, name string) []byte {
 // values that differ (error path only).
 func repeatedDiffering(args *fasthttp.Args, name string) bool {
 	first, differ := args.Peek(name), false
-	args.VisitAll(func(k, v []byte) {
+	for k, v := range args.All() {
 		differ = differ || (string(k) == name && !bytes.Equal(bytes.TrimSpace(v), bytes.TrimSpace(first)))
-	})
+	}
 	return differ
 }
 

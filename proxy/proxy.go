@@ -333,8 +333,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
-	key := string(q.key)
-	a, leader, err := p.load(s, q.route, key, e != nil, false)
+	a, leader, err := p.load(s, q.request(e != nil, false))
 	p.answer(ctx, s, q, e, a, leader, err, start)
 }
 
@@ -347,12 +346,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		old = a.stale
 	}
 	if err != nil {
-		if old.UsableOnError(now.UnixNano()) {
-			p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
-			p.done(ctx, id, metrics.ResultStaleError, start)
-			return
-		}
-		p.fail(ctx, id, start, err)
+		p.staleOrFail(ctx, q, old, err, start, now)
 		return
 	}
 	result := metrics.ResultMiss
@@ -401,6 +395,21 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	p.access(ctx, id, result, a.code, start)
 }
 
+// staleOrFail answers a failure: with old when it may stand in for it at
+// now (within stale_if_error, and the failure is the upstream's, not its
+// answer to the question), else with the error. It is the one place this
+// is decided, for whole-key and per-hash routes.
+func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, err error, start, now time.Time) {
+	var e *Error
+	answered := errors.As(err, &e) && e.answered
+	if !answered && old.UsableOnError(now.UnixNano()) {
+		p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
+		p.done(ctx, q.route.id, metrics.ResultStaleError, start)
+		return
+	}
+	p.fail(ctx, q.route.id, start, err)
+}
+
 // done records a request answered with an envelope of code "0".
 func (p *Proxy) done(ctx *fasthttp.RequestCtx, id routeID, result int, start time.Time) {
 	p.metrics.CacheResult(int(id), result)
@@ -427,12 +436,12 @@ type answer struct {
 	revalidate bool
 }
 
-// load fetches key through the flight: concurrent identical misses share
-// one upstream call. leader tells whether this caller's fetch ran.
-func (p *Proxy) load(s *settings, r *route, key string, haveStale, background bool) (a *answer, leader bool, err error) {
-	ch := p.flight.DoChan(key, func() (any, error) {
+// load fetches f's key through the flight: concurrent identical misses
+// share one upstream call. leader tells whether this caller's fetch ran.
+func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err error) {
+	ch := p.flight.DoChan(f.key, func() (any, error) {
 		leader = true
-		return p.fill(s, r, key, haveStale, background)
+		return p.fill(s, f)
 	})
 	// DoChan runs the fetch in its own goroutine: a caller that goes away
 	// does not cancel the leader's fetch, which still fills the cache.
@@ -445,7 +454,8 @@ func (p *Proxy) load(s *settings, r *route, key string, haveStale, background bo
 }
 
 // fill runs once per flight.
-func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bool) (*answer, error) {
+func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
+	key := f.key
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
 	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
@@ -464,13 +474,16 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 			p.cache.Set(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		case cache.Stale:
-			if !background {
+			if !f.background {
 				p.cache.Set(e, p.clock())
 				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
 			}
 		}
-		if !haveStale && e != nil {
-			shared, haveStale = e, true
+		if !f.haveStale && e != nil {
+			shared = e
+			g := *f // the flight's request stays as the handler made it
+			g.haveStale = true
+			f = &g
 		}
 		unlock, e := p.tier.Lock(key, p.clock)
 		defer unlock()
@@ -482,15 +495,13 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
-	status, body, err := p.up.fetch(s, r, key, haveStale, background)
+	up, err := p.up.fetch(s, f)
 	if err == nil {
-		var a *answer
-		if a, err = p.store(s, r, key, asked, status, body); err == nil {
-			if a.entry == nil {
-				a.stale = shared
-			}
-			return a, nil
+		a := p.store(s, f, asked, up)
+		if a.entry == nil {
+			a.stale = shared
 		}
+		return a, nil
 	}
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.cache.Set(shared, p.clock()) // the next request finds it here
@@ -498,31 +509,26 @@ func (p *Proxy) fill(s *settings, r *route, key string, haveStale, background bo
 	return &answer{stale: shared}, err
 }
 
-// store turns an upstream answer into an entry and caches it if its code is
-// "0", or for the negative time if it refuses the question. asked is when
-// the question left: the answer is as old as that.
-func (p *Proxy) store(s *settings, r *route, key string, asked time.Time, status int, body []byte) (*answer, error) {
-	code, err := envelopeCode(body)
-	if err != nil {
-		p.metrics.Upstream(int(r.id), metrics.OutcomeMalformed, -1)
-		return nil, errMalformed.with(err, 0)
-	}
-	if code != "0" || status != fasthttp.StatusOK {
-		if refusedQuestion(status, code) {
-			return p.storeRefusal(s, r, key, status, body), nil
+// store turns an upstream answer, its envelope already checked by the
+// call, into an entry and caches it if its code is "0", or for the negative
+// time if it refuses the question. asked is when the question left: the
+// answer is as old as that.
+func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnswer) *answer {
+	r, key, body := f.route, f.key, up.body
+	if up.code != "0" || up.status != fasthttp.StatusOK {
+		if refusedQuestion(up.status, up.code) {
+			return p.storeRefusal(s, r, key, up.status, body)
 		}
-		return &answer{status: status, code: code, body: body}, nil
+		return &answer{status: up.status, code: up.code, body: body}
 	}
-	var q query // classification needs the parsed parameters of key
-	q.parseKey(r, key)
-	class := r.classify(p, &q, body)
+	class := r.classify(p, f, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	now := p.clock()
 	p.cache.Set(e, now)
 	if p.tier != nil {
 		p.tier.Set(e, now)
 	}
-	return &answer{entry: e, stored: true}, nil
+	return &answer{entry: e, stored: true}
 }
 
 // ttlFor is the fresh time of an answer of class c on route r.
@@ -539,10 +545,10 @@ func (p *Proxy) ttlFor(s *settings, r *route, c cache.Class) time.Duration {
 // upstream), and fill's recheck stops a refresh that comes after another
 // one finished. A failed refresh leaves the entry be.
 func (p *Proxy) refresh(s *settings, q *query) {
-	r := q.route
-	p.background([]string{string(q.key)}, func(keys []string) {
-		if _, _, err := p.load(s, r, keys[0], true, true); err != nil {
-			p.log.Debug("background refresh failed", "route", r.name, "err", err)
+	f := q.request(true, true)
+	p.background([]string{f.key}, func([]string) {
+		if _, _, err := p.load(s, f); err != nil {
+			p.log.Debug("background refresh failed", "route", f.route.name, "err", err)
 		}
 	})
 }

@@ -113,8 +113,15 @@ func TestFleetPurgeReachesEveryNode(t *testing.T) {
 					t.Errorf("edge %d: purges_total = %v, want 1", i, n)
 				}
 			}
-			if n := h.upstreamCalls() - before; n != 1 {
-				t.Fatalf("%d upstream calls after the purge, want 1 for the fleet", n)
+			// A soft purge's stale copy can land on a node at the moment a
+			// refresh stores there, which costs that node one more refresh
+			// (docs/purge.md, limits); a make test run under load saw it.
+			want := int64(1)
+			if soft {
+				want = 2
+			}
+			if n := h.upstreamCalls() - before; n < 1 || n > want {
+				t.Fatalf("%d upstream calls after the purge, want 1 for the fleet (at most %d)", n, want)
 			}
 		})
 	}

@@ -67,7 +67,9 @@ func (h *harness) purgeAs(auth, body string) resp {
 		h.t.Fatalf("POST /purge: %v", err)
 	}
 	r := resp{status: res.StatusCode(), header: map[string]string{}, body: bytes.Clone(res.Body())}
-	res.Header.VisitAll(func(k, v []byte) { r.header[string(k)] = string(v) })
+	for k, v := range res.Header.All() {
+		r.header[string(k)] = string(v)
+	}
 	return r
 }
 

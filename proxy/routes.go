@@ -63,7 +63,7 @@ type route struct {
 	// transaction-fills return the same records (DESIGN.md section 4).
 	perHash bool
 	// classify reads an upstream answer and returns its cache class.
-	classify func(e *Proxy, q *query, body []byte) cache.Class
+	classify func(e *Proxy, f *fetchReq, body []byte) cache.Class
 	// ttl is the default fresh time of each class the route's answers can
 	// have (cache.ttl.<name> overrides it); a class it does not name falls
 	// back to the shortest (cache.TTLs.For).

@@ -15,10 +15,10 @@ import (
 // hammerStale sends requests for targets from 64 goroutines until n have
 // been answered, and returns the most goroutines seen meanwhile and how
 // many answers were stale.
-func hammerStale(t *testing.T, h *harness, n int64, targets ...string) (peak int, stale int64) {
+func hammerStale(t *testing.T, h *harness, n int64, targets ...string) (peak int, stale int64, heap uint64) {
 	t.Helper()
 	var sent, staleN atomic.Int64
-	var peakG atomic.Int64
+	var peakG, peakHeap atomic.Int64
 	var wg sync.WaitGroup
 	for w := 0; w < 64; w++ {
 		wg.Add(1)
@@ -34,11 +34,18 @@ func hammerStale(t *testing.T, h *harness, n int64, targets ...string) (peak int
 						peakG.Store(g)
 					}
 				}
+				if i%1024 == 0 {
+					var m runtime.MemStats
+					runtime.ReadMemStats(&m)
+					if inuse := int64(m.HeapInuse + m.StackInuse); inuse > peakHeap.Load() {
+						peakHeap.Store(inuse)
+					}
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	return int(peakG.Load()), staleN.Load()
+	return int(peakG.Load()), staleN.Load(), uint64(peakHeap.Load())
 }
 
 // TestStaleHotKeyCostsOneRefresh: 64 connections on one stale key behind an
@@ -68,7 +75,17 @@ func TestStaleHotKeyCostsOneRefresh(t *testing.T) {
 			h.sim.ResetStats()
 			h.sim.SetFaults(sim.Faults{Latency: 3 * time.Second})
 			base := runtime.NumGoroutine()
-			peak, stale := hammerStale(t, h, 6000, target)
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			peak, stale, heap := hammerStale(t, h, 6000, target)
+			inuse := before.HeapInuse + before.StackInuse
+			t.Logf("peak goroutines %d (base %d), peak heap and stacks in use %d MiB (%d MiB before)", peak, base, heap>>20, inuse>>20)
+			// Each piled-up goroutine held a stack and a wait: 170,000 of
+			// them were +460 MB. One refresh holds next to nothing.
+			if heap > inuse+16<<20 {
+				t.Fatalf("heap and stacks in use grew from %d to %d MiB for one stale key", inuse>>20, heap>>20)
+			}
 			if stale != 6000 {
 				t.Fatalf("%d of 6000 answers were stale at once", stale)
 			}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/valyala/fasthttp"
+
 	"strconv"
 	"strings"
 
@@ -122,4 +124,19 @@ func widen(t *cache.Tags, h int64) {
 		return
 	}
 	t.Lo, t.Hi = min(t.Lo, h), max(t.Hi, h+1)
+}
+
+// parseKey rebuilds the parsed query of a canonical key. The tagger needs
+// it: the cache tags every entry it stores, from whatever source (a fetch,
+// the shared tier, an assembled batch), and has only the entry.
+func (q *query) parseKey(r *route, key string) {
+	var args fasthttp.Args
+	if _, query, ok := strings.Cut(key, "?"); ok {
+		args.Parse(query)
+	}
+	var chains []string
+	if c := args.Peek("chainShortName"); c != nil {
+		chains = []string{string(c)}
+	}
+	q.parse(r, &args, chains)
 }

@@ -129,37 +129,38 @@ func (u *upstream) reconfigure(cfg config.Upstream) {
 
 func (u *upstream) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
 
-// fetch gets target (a canonical key: path and query) from the upstream.
-// It returns the upstream's status and a copy of its body, or an *Error.
-// haveStale and background callers never wait for the budget: the former
-// have a copy to serve, the latter yield to client misses.
-func (u *upstream) fetch(s *settings, r *route, target string, haveStale, background bool) (int, []byte, error) {
+// fetch asks the upstream f's question (its canonical key: path and query).
+// It returns the upstream's answer, its body a copy and its envelope
+// checked, or an *Error. Callers with a stale copy and background callers
+// never wait for the budget: the former have a copy to serve, the latter
+// yield to client misses.
+func (u *upstream) fetch(s *settings, f *fetchReq) (upstreamAnswer, error) {
+	r := f.route
 	cfg := u.cfg.Load()
 	deadline := time.Now().Add(cfg.RetryMaxTime)
 	for attempt := 0; ; attempt++ {
-		if err := u.take(r, cfg, haveStale, background); err != nil {
-			return 0, nil, err
+		if err := u.take(r, cfg, f.haveStale, f.background); err != nil {
+			return upstreamAnswer{}, err
 		}
-		var status int
-		var body []byte
+		var a upstreamAnswer
 		_, err := u.breaker.Execute(func() (struct{}, error) {
 			var err error
-			status, body, err = u.call(s, r, target, min(cfg.Timeout, time.Until(deadline)))
+			a, err = u.call(s, r, f.key, min(cfg.Timeout, time.Until(deadline)))
 			return struct{}{}, err
 		})
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
-			return 0, nil, errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
+			return upstreamAnswer{}, errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
 		}
 		if err == nil {
-			return status, body, nil
+			return a, nil
 		}
 		if !retryable(err) || attempt >= cfg.Retries {
-			return 0, nil, err
+			return upstreamAnswer{}, err
 		}
 		backoff := jitter(cfg.RetryBackoff << attempt)
 		if time.Now().Add(backoff).After(deadline) {
-			return 0, nil, err
+			return upstreamAnswer{}, err
 		}
 		u.log.Debug("upstream retry", "route", r.name, "attempt", attempt+1, "backoff", backoff, "err", err)
 		time.Sleep(backoff)
@@ -212,7 +213,7 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(s *settings, r *route, target string, timeout time.Duration) (int, []byte, error) {
+func (u *upstream) call(s *settings, r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -244,7 +245,7 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		}
 		u.m.Upstream(int(r.id), outcome, took.Seconds())
 		u.log.Warn("upstream call", "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
-		return 0, nil, e
+		return upstreamAnswer{}, e
 	}
 	status := resp.StatusCode()
 	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
@@ -255,7 +256,7 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		}
 		u.m.Upstream(int(r.id), outcome, took.Seconds())
 		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
-		return 0, nil, e.with(err, 0)
+		return upstreamAnswer{}, e.with(err, 0)
 	}
 	code, _ := envelopeCode(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
@@ -283,9 +284,9 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 	u.log.Log(context.Background(), level, "upstream call", "route", r.name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
 	if result != nil {
-		return 0, nil, result
+		return upstreamAnswer{}, result
 	}
-	return status, body, nil
+	return upstreamAnswer{status: status, code: code, body: body}, nil
 }
 
 // lockout is the time an upstream 429 forbids calls: set when the 429

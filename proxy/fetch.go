@@ -1,0 +1,39 @@
+package proxy
+
+// fetchReq is one question on its way to the upstream, made by the handler
+// from what it parsed and carried through the flight to the store: the miss
+// path parses nothing again.
+type fetchReq struct {
+	route  *route
+	key    string // canonical key, and the target sent upstream
+	chain  string
+	height int64    // -1 when the route takes none
+	hashes []string // of a hash list, lower case, in the order asked
+	// haveStale: a copy can stand in if the fetch fails, so it never waits
+	// for the budget.
+	haveStale bool
+	// background: a refresh of a stale key; it yields the budget to client
+	// misses and does not take a stale copy from the shared tier.
+	background bool
+}
+
+// request is q as a question for the upstream.
+func (q *query) request(haveStale, background bool) *fetchReq {
+	f := &fetchReq{route: q.route, key: string(q.key), chain: string(q.chain), height: q.height,
+		haveStale: haveStale, background: background}
+	if q.nHashes > 0 {
+		f.hashes = make([]string, q.nHashes)
+		for i := range f.hashes {
+			f.hashes[i] = string(q.hash(i))
+		}
+	}
+	return f
+}
+
+// upstreamAnswer is what the upstream said: its status, its envelope's
+// code (read once, by the call that checked the answer) and its body.
+type upstreamAnswer struct {
+	status int
+	code   string
+	body   []byte
+}
