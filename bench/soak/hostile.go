@@ -72,14 +72,14 @@ type hostile struct {
 	start    time.Time
 	seconds  float64 // how long the forging client ran
 
-	idleHeld, idleRefused, idleRounds, idleClosed atomic.Int64
-	idleMaxHeld                                   atomic.Int64
-	framingSent, framingOK                        atomic.Int64
-	bigSent, bigOK                                atomic.Int64
-	forgedSent, forgedAllowed, forgedLimited      atomic.Int64
-	spraySent                                     atomic.Int64
-	c                                             counts // answers judged by the checker (forged, spray)
-	errors                                        atomic.Int64
+	idleRefused, idleRounds, idleClosed      atomic.Int64
+	idleMaxHeld                              atomic.Int64
+	framingSent, framingOK                   atomic.Int64
+	bigSent, bigOK                           atomic.Int64
+	forgedSent, forgedAllowed, forgedLimited atomic.Int64
+	spraySent                                atomic.Int64
+	c                                        counts // answers judged by the checker (forged, spray)
+	errors                                   atomic.Int64
 
 	badN atomic.Int64
 	mu   sync.Mutex
