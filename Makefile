@@ -79,11 +79,15 @@ fuzz-ci:
 	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $${n}x -fuzzminimizetime 200x ./$$pkg; \
 	done
 
-# The soak: explorer-sim with faults and explorer-edge under mixed load for
-# SOAK_DURATION; every answer is checked. See docs/reliability.md.
+# The soak: explorer-sim with faults and explorer-edge (two nodes sharing a
+# redis-server the soak starts: redis-server must be on PATH, or
+# SOAK_FLAGS=-fleet=false) under mixed load and hostile clients for
+# SOAK_DURATION; every answer is checked, and the upstream calls against the
+# budget. See docs/reliability.md, Soak.
 SOAK_DURATION ?= 60s
+SOAK_FLAGS ?=
 soak: build
-	$(GO) run ./bench/soak -duration $(SOAK_DURATION)
+	$(GO) run ./bench/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 
 clean:
 	rm -rf $(BIN)

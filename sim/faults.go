@@ -20,7 +20,7 @@ import (
 //	{"route":"", "latency":"0s", "jitter":"0s", "http500":0, "http429":0,
 //	 "retry_after":1, "envelope":0, "envelope_code":"50026", "hang":0,
 //	 "drop":0, "malformed":0, "truncated":0, "oversized":0, "oversized_bytes":0,
-//	 "reorg":0}
+//	 "gzip_bomb":0, "gzip_bomb_bytes":0, "reorg":0}
 type Faults struct {
 	Route        string        // one route name, or "" for all six
 	Latency      time.Duration // added before every answer of the route
@@ -38,6 +38,16 @@ type Faults struct {
 	// OversizedBytes is the size of an oversized answer; 0 means 9 MiB,
 	// beyond explorer-edge's default upstream.max_response_bytes of 8 MiB.
 	OversizedBytes int
+	// GzipBomb answers HTTP 200 with Content-Encoding: gzip, whatever the
+	// request accepts: a body of tens of KB that decodes to GzipBombBytes,
+	// an envelope of code "0" whose data array is led by that many spaces
+	// (so it fits no route's answer). An upstream may compress unasked;
+	// the edge must bound what it inflates (upstream.max_response_bytes
+	// applies to the decoded size too).
+	GzipBomb float64
+	// GzipBombBytes is the decoded size of a gzip bomb; 0 means 64 MiB. The
+	// compressed bytes are built once per size and reused (bomb.go).
+	GzipBombBytes int
 	// Reorg, when > 0, reorganizes every chain once, as the faults are set:
 	// the newest Reorg blocks are replaced by others (new hashes, other
 	// transactions; those of the replaced blocks are gone). It is an event,
@@ -61,6 +71,8 @@ type faultsJSON struct {
 	Truncated    float64 `json:"truncated"`
 	Oversized    float64 `json:"oversized"`
 	OversizedB   int     `json:"oversized_bytes"`
+	GzipBomb     float64 `json:"gzip_bomb"`
+	GzipBombB    int     `json:"gzip_bomb_bytes"`
 	Reorg        int     `json:"reorg"`
 }
 
@@ -69,7 +81,7 @@ func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		f.Route, f.Latency.String(), f.Jitter.String(), f.HTTP500, f.HTTP429, f.RetryAfter,
 		f.Envelope, f.EnvelopeCode, f.Hang, f.Drop, f.Malformed, f.Truncated,
-		f.Oversized, f.OversizedBytes, f.Reorg,
+		f.Oversized, f.OversizedBytes, f.GzipBomb, f.GzipBombBytes, f.Reorg,
 	})
 }
 
@@ -98,13 +110,14 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	out.Envelope, out.EnvelopeCode, out.Hang, out.Drop = j.Envelope, j.EnvelopeCode, j.Hang, j.Drop
 	out.Malformed, out.Truncated = j.Malformed, j.Truncated
 	out.Oversized, out.OversizedBytes = j.Oversized, j.OversizedB
+	out.GzipBomb, out.GzipBombBytes = j.GzipBomb, j.GzipBombB
 	out.Reorg = j.Reorg
 	*f = out
 	return nil
 }
 
 func (f Faults) fractions() []float64 {
-	return []float64{f.HTTP500, f.HTTP429, f.Envelope, f.Hang, f.Drop, f.Malformed, f.Truncated, f.Oversized}
+	return []float64{f.HTTP500, f.HTTP429, f.Envelope, f.Hang, f.Drop, f.Malformed, f.Truncated, f.Oversized, f.GzipBomb}
 }
 
 // Validate reports every problem of f at once.
@@ -131,8 +144,11 @@ func (f Faults) Validate() error {
 	if f.OversizedBytes < 0 || f.OversizedBytes > 1<<30 {
 		errs = append(errs, errors.New("oversized_bytes must be in [0, 1 GiB]"))
 	}
+	if f.GzipBombBytes < 0 || f.GzipBombBytes > 1<<30 {
+		errs = append(errs, errors.New("gzip_bomb_bytes must be in [0, 1 GiB]"))
+	}
 	sum := 0.0
-	names := []string{"http500", "http429", "envelope", "hang", "drop", "malformed", "truncated", "oversized"}
+	names := []string{"http500", "http429", "envelope", "hang", "drop", "malformed", "truncated", "oversized", "gzip_bomb"}
 	for i, v := range f.fractions() {
 		if v < 0 || v > 1 || v != v {
 			errs = append(errs, fmt.Errorf("%s = %v is not a fraction in [0, 1]", names[i], v))
@@ -156,8 +172,11 @@ func (f Faults) normalized() Faults {
 	if f.OversizedBytes <= 0 {
 		f.OversizedBytes = 9 << 20
 	}
+	if f.GzipBombBytes <= 0 {
+		f.GzipBombBytes = defaultGzipBombBytes
+	}
 	f.Latency, f.Jitter = max(f.Latency, 0), max(f.Jitter, 0)
-	for _, p := range []*float64{&f.HTTP500, &f.HTTP429, &f.Envelope, &f.Hang, &f.Drop, &f.Malformed, &f.Truncated, &f.Oversized} {
+	for _, p := range []*float64{&f.HTTP500, &f.HTTP429, &f.Envelope, &f.Hang, &f.Drop, &f.Malformed, &f.Truncated, &f.Oversized, &f.GzipBomb} {
 		if !(*p >= 0) { // also NaN
 			*p = 0
 		}
@@ -179,6 +198,7 @@ const (
 	faultMalformed
 	faultTruncated
 	faultOversized
+	faultGzipBomb
 	faultNone
 )
 
@@ -216,6 +236,9 @@ func (s *Server) SetFaults(f Faults) {
 	f = f.normalized()
 	s.Reorg(min(f.Reorg, maxReorg))
 	f.Reorg = 0
+	if f.GzipBomb > 0 {
+		s.gzipBomb(f.GzipBombBytes) // built now, not in the first answer
+	}
 	s.faultsMu.Lock()
 	s.faults = f
 	s.faultsMu.Unlock()

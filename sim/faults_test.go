@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,7 +181,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
-	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184,"reorg":0}`
+	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184,"gzip_bomb":0,"gzip_bomb_bytes":67108864,"reorg":0}`
 	if got := strings.TrimSpace(string(send("GET", "").body)); got != want {
 		t.Errorf("GET /sim/faults\n got %s\nwant %s", got, want)
 	}
@@ -188,6 +190,7 @@ func TestFaultsAPI(t *testing.T) {
 	}
 	for _, body := range []string{
 		`{"route":"nope"}`, `{"http500":1.5}`, `{"http500":0.6,"drop":0.6}`, `{"latency":"soon"}`, `{"typo":1}`, `not json`,
+		`{"gzip_bomb":0.5,"drop":0.6}`, `{"gzip_bomb_bytes":-1}`, `{"gzip_bomb_bytes":2147483648}`,
 	} {
 		if a := send("POST", body); a.status != 400 {
 			t.Errorf("POST %s: %d, want 400", body, a.status)
@@ -196,7 +199,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a := send("DELETE", ""); a.status != 200 {
 		t.Fatalf("DELETE: %d", a.status)
 	}
-	if f := s.Faults(); f != (Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20}) {
+	if f := s.Faults(); f != (Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20, GzipBombBytes: 64 << 20}) {
 		t.Errorf("after DELETE: %+v", f)
 	}
 
@@ -208,6 +211,70 @@ func TestFaultsAPI(t *testing.T) {
 	if resp, _, err := fetch(c, s.URL()+blocksQ); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after ClearFaults: %v %v", status(resp), err)
 	}
+}
+
+// TestFaultGzipBomb: the answer says gzip although the request did not ask
+// for it, is small on the wire, decodes to exactly the size set (64 MiB by
+// default) and is the same bytes every time (built once).
+func TestFaultGzipBomb(t *testing.T) {
+	s := start(t, Config{Faults: Faults{GzipBomb: 1}})
+	tr := &http.Transport{DisableKeepAlives: true, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	var first []byte
+	for i := range 2 {
+		resp, body, err := fetch(c, s.URL()+blocksQ)
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+			t.Fatalf("ask %d: %v %v Content-Encoding %q", i, status(resp), err, resp.Header.Get("Content-Encoding"))
+		}
+		if cl, _ := strconv.Atoi(resp.Header.Get("Content-Length")); cl != len(body) || len(body) > 128<<10 {
+			t.Fatalf("ask %d: Content-Length %s, %d bytes on the wire (want at most 128 KiB)", i, resp.Header.Get("Content-Length"), len(body))
+		}
+		if i == 0 {
+			first = body
+			continue
+		}
+		if !bytes.Equal(body, first) {
+			t.Error("the second bomb differs from the first: built again")
+		}
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends endsWriter
+	n, err := io.Copy(&ends, zr)
+	if err != nil || n != 64<<20 {
+		t.Fatalf("decoded %d bytes (%v), want %d", n, err, 64<<20)
+	}
+	if !strings.HasPrefix(string(ends.head), `{"code":"0","msg":"","data":[   `) || !strings.HasSuffix(string(ends.tail), `   ]}`) {
+		t.Errorf("decoded body is not the padded empty envelope: %q ... %q", ends.head, ends.tail)
+	}
+
+	s.SetFaults(Faults{GzipBomb: 1, GzipBombBytes: 1000})
+	resp, body, err := fetch(c, s.URL()+blocksQ)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", status(resp), err)
+	}
+	zr, err = gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec, err := io.ReadAll(zr); err != nil || len(dec) != 1000 || !json.Valid(dec) {
+		t.Errorf("gzip_bomb_bytes 1000: decoded %d bytes (%v), valid JSON %v", len(dec), err, json.Valid(dec))
+	}
+}
+
+// endsWriter keeps the first and the last 32 bytes written to it.
+type endsWriter struct{ head, tail []byte }
+
+func (e *endsWriter) Write(p []byte) (int, error) {
+	if room := 32 - len(e.head); room > 0 {
+		e.head = append(e.head, p[:min(room, len(p))]...)
+	}
+	e.tail = append(e.tail, p[max(len(p)-32, 0):]...)
+	e.tail = e.tail[max(len(e.tail)-32, 0):]
+	return len(p), nil
 }
 
 // TestFaultsAfterAuth: auth failures are answered as such, not faulted.

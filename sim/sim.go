@@ -76,6 +76,8 @@ type Server struct {
 
 	faultsMu sync.Mutex
 	faults   Faults
+	bombMu   sync.Mutex
+	bomb     *gzipBomb // the gzip bomb fault's body, built on first use
 
 	// Lifecycle: done ends hung requests; wg counts handlers in flight.
 	mu     sync.Mutex
@@ -278,6 +280,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		return
 	case faultDrop:
 		abort(w)
+		return
+	case faultGzipBomb:
+		s.writeGzipBomb(w, f.GzipBombBytes)
 		return
 	}
 

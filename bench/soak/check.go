@@ -25,6 +25,7 @@ type counts struct {
 	stale        atomic.Int64 // Cache-Status says stale
 	staleErr     atomic.Int64 // ... stale-if-error: served because the upstream failed
 	failures     atomic.Int64 // 502/503/504 for an upstream failure, while faults were in force
+	quota        atomic.Int64 // 503/50001 "upstream quota spent": the budget binds, faults or not
 	notModified  atomic.Int64 // correct 304s
 	envelopes    atomic.Int64 // 200 with an injected error envelope passed through
 	upstream400  atomic.Int64 // 400s passed through from the upstream
@@ -177,12 +178,19 @@ func (ck *checker) check(c *counts, pc *phaseCounts, t *target, s sent, resp *fa
 		c.gzipped.Add(1)
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err == nil {
-			body, err = io.ReadAll(zr)
+			// Bounded: an edge that passed a gzip bomb on must not
+			// make the soak inflate it.
+			body, err = io.ReadAll(io.LimitReader(zr, maxResponseBytes+1))
 		}
 		if err != nil {
 			ck.wrong(c, t, s, resp, resp.Body(), start, "gzip body does not decompress: "+err.Error())
 			return
 		}
+	}
+	if len(body) > maxResponseBytes {
+		// No real answer is near it: only an oversized or inflated one.
+		ck.wrong(c, t, s, resp, body, start, fmt.Sprintf("an answer of more than upstream.max_response_bytes (%d bytes): an oversized or gzip-bomb answer served", maxResponseBytes))
+		return
 	}
 	etag := string(resp.Header.Peek(fasthttp.HeaderETag))
 	noStore := string(resp.Header.Peek(fasthttp.HeaderCacheControl)) == "no-store"
@@ -259,7 +267,7 @@ func (ck *checker) check(c *counts, pc *phaseCounts, t *target, s sent, resp *fa
 		return
 	}
 
-	code, _, ok := errorEnvelope(body)
+	code, msg, ok := errorEnvelope(body)
 	if !ok {
 		ck.wrong(c, t, s, resp, body, start, fmt.Sprintf("%d answer is not an error envelope", status))
 		return
@@ -275,6 +283,18 @@ func (ck *checker) check(c *counts, pc *phaseCounts, t *target, s sent, resp *fa
 	switch {
 	case refusal:
 		c.upstream400.Add(1) // the upstream's own refusal, passed through
+	case status == 503 && code == "50001" && strings.Contains(msg, "quota spent"):
+		// The fleet's budget binds: the soak asks for more than the
+		// upstream's rate, faults or not (the calls are checked against
+		// the budget instead).
+		if ra := resp.Header.Peek(fasthttp.HeaderRetryAfter); len(ra) > 0 {
+			if n, err := strconv.Atoi(string(ra)); err != nil || n < 1 {
+				ck.wrong(c, t, s, resp, body, start, "Retry-After is not a positive number of seconds")
+				return
+			}
+		}
+		c.quota.Add(1)
+		pc.quota.Add(1)
 	case upstreamFailure(status, code):
 		faulty, _ := ck.tl.during(start, end)
 		if !faulty {

@@ -5,6 +5,14 @@
 // watches the edge's goroutines and memory, looks for panics in its output,
 // prints a summary and exits non-zero on any failure.
 //
+// The edge runs as a fleet of two nodes sharing a redis-server started for
+// the run (fleet.go), with an upstream budget the load exceeds: the sim's
+// count of calls is checked against rate x time + burst. Besides the sim's
+// faults, phases pause or stop Redis and hammer a few stale hot keys
+// behind a slow upstream (hammer.go), and hostile clients (hostile.go)
+// hold idle connections, smuggle requests, forge and spray
+// X-Forwarded-For and send oversized headers for the whole load.
+//
 // Beside it runs the moving chain (moving.go): a second explorer-sim on
 // real time and a second explorer-edge with the shipped TTLs and stale
 // windows, whose answers are compared with the upstream's as the chain
@@ -13,15 +21,18 @@
 //	make soak                                  # go run ./bench/soak -duration 60s
 //	go run ./bench/soak -duration 10s -rate 500
 //	go run ./bench/soak -moving-cache '{stale_while_revalidate: 30s}'   # must fail: the newest page lags
+//	go run ./bench/soak -edge old/explorer-edge -omit-keys server.max_conns_per_ip   # an edge older than a key
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -49,6 +60,15 @@ type options struct {
 	keep            bool          // keep the temporary directory even on success
 	moving          bool          // run the moving-chain pair beside the load
 	movingCache     string        // its edge's cache section (YAML flow); "" the shipped defaults
+	fleet           bool          // two edge nodes sharing a redis-server; false: one node
+	redisBin        string
+	upRate          float64 // the fleet's upstream.rate
+	upBurst         int
+	hostile         bool    // run the hostile clients
+	hammerConns     int     // connections of the stale hot keys' hammer
+	hammerRate      float64 // its bound, requests per second
+	omitKeys        string  // comma-separated config keys left out
+	phases          string  // regexp on the phases' titles; "" all
 	out             io.Writer
 }
 
@@ -68,6 +88,21 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, logs) on success too")
 	flag.BoolVar(&o.moving, "moving", true, "also compare a second edge's answers with a moving chain's (real time, shipped TTLs)")
 	flag.StringVar(&o.movingCache, "moving-cache", "", "the moving edge's cache section as YAML flow, e.g. '{stale_while_revalidate: 30s}' (empty: the shipped defaults)")
+	flag.BoolVar(&o.fleet, "fleet", true, "run the edge as two nodes sharing a redis-server, with phases that pause and stop Redis")
+	flag.StringVar(&o.redisBin, "redis", "redis-server", "redis-server binary (fleet mode)")
+	// 400/s: unbounded, the fleet asks the upstream about 670 times a
+	// second under this load, so the budget binds whenever the upstream
+	// answers fast enough. Burst 200, half a second: a 3 s phase that
+	// spends its budget makes 1200-1400 calls against a bound of 1.1 x
+	// 1400, so half again as many (a hidden retry of each dropped call)
+	// is seen, and so is a local burst per node per Redis outage.
+	flag.Float64Var(&o.upRate, "upstream-rate", 400, "the fleet's upstream.rate; the upstream calls must stay within rate x time + burst (+10%)")
+	flag.IntVar(&o.upBurst, "upstream-burst", 200, "the fleet's upstream.burst")
+	flag.BoolVar(&o.hostile, "hostile", true, "run the hostile clients beside the load")
+	flag.IntVar(&o.hammerConns, "hammer-conns", 64, "connections asking the stale hot keys in their phase")
+	flag.Float64Var(&o.hammerRate, "hammer-rate", 20000, "bound on the stale hot keys' requests per second")
+	flag.StringVar(&o.phases, "phases", "", "regular expression: cycle only the fault phases whose titles match, e.g. 'none|drop 50'")
+	flag.StringVar(&o.omitKeys, "omit-keys", "", "comma-separated edge config keys to leave out (server.max_conns_per_ip, auth.ip_max_tracked), to run an edge built before them")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -92,22 +127,39 @@ type result struct {
 	warmTime, loadTime                         time.Duration
 	warm, load                                 *counts
 	upstreamCalls, authFailures                int64
+	budgetTime                                 time.Duration // from the stats reset to the last read
 	phasesRun                                  []string
 	tl                                         *timeline
 
-	rssPeak, rssBound, rssQ2, rssQ4 float64
-	rssStart, cachePeak             float64
-	rssStable                       string
-	gorBefore, gorAfter, gorPeak    float64
-	gorSettle                       time.Duration
-	panics                          []string
-	edgeAlive                       bool
-	wrongs                          []wrongAnswer
-	clientErrs                      []string
+	nodes            []*nodeResult
+	rssBound         float64
+	rssPeak, gorPeak float64 // over the nodes
+	panics           []string
+	wrongs           []wrongAnswer
+	clientErrs       []string
+	redis            *redisServer // nil: single node
+	hammer           *hammer
+	hostile          *hostile // nil: not run
+	maxBytes         int64
+	upRate           float64
+	upBurst          int
+	fleet            bool
+	phaseRows        []phaseRow
 
 	mv        *movingStats // nil: no moving chain
 	mvTargets int
 	mvAlive   bool
+}
+
+// nodeResult is one edge node's measurements.
+type nodeResult struct {
+	name                         string
+	rssPeak, rssQ2, rssQ4        float64
+	rssStart, cachePeak          float64
+	rssStable                    string
+	gorBefore, gorAfter, gorPeak float64
+	gorSettle                    time.Duration
+	alive                        bool
 }
 
 func (r *result) fail(format string, args ...any) {
@@ -124,6 +176,12 @@ const (
 	// call or per hung upstream answer is thousands above it after a
 	// minute of faults.
 	goroutineSlack = 5
+	// maxGoroutines bounds each node's goroutines at any scrape of the run:
+	// about 150 under the load, plus the hammer's 64 connections, the
+	// hostile clients' 20 idle ones and a refresh per stale key. An edge
+	// that starts a goroutine per stale hit behind the slow upstream
+	// holds thousands.
+	maxGoroutines = 2000
 	// rssBaseline is the edge's memory beside its cache: the Go runtime,
 	// the binary's pages, goroutine stacks, fasthttp buffers, metrics. It
 	// is what the edge adds to 1.5 x cache.max_bytes in its own soft
@@ -139,16 +197,43 @@ const (
 	rssGrowth = 1.25
 	// goroutineWait bounds how long the goroutines may take to come back.
 	goroutineWait = 15 * time.Second
+	// budgetSlack is how far beyond rate x time + burst the fleet's calls
+	// may go: the design's bound adds the debt of the last Redis outage
+	// not yet charged (docs/reliability-fleet.md).
+	budgetSlack = 1.10
 )
+
+// node is one explorer-edge process of the soak.
+type node struct {
+	name          string
+	proc          *child
+	listen, admin string
+	scr           *scraper
+	hc            *fasthttp.HostClient // the load's client
+}
 
 // soak is one run.
 type soak struct {
-	o        options
-	pl       *pool
-	hc       *fasthttp.HostClient
-	edgeAddr string
-	ck       *checker
-	scr      *scraper
+	o     options
+	pl    *pool
+	nodes []*node
+	ck    *checker
+}
+
+// loadClient is a client of one edge node with up to conns connections.
+func loadClient(addr string, conns int) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr:                      addr,
+		MaxConns:                  conns,
+		MaxIdemponentCallAttempts: 1, // every transport error counts
+		ReadTimeout:               15 * time.Second,
+		WriteTimeout:              5 * time.Second,
+		// Twice the largest answer the edge may pass on: a bomb served
+		// inflated is a client error, not 64 MiB read.
+		MaxResponseBodySize:      2 * maxResponseBytes,
+		DisablePathNormalizing:   true, // send the targets exactly as written
+		NoDefaultUserAgentHeader: true,
+	}
 }
 
 func run(ctx context.Context, o options) (res *result, err error) {
@@ -156,7 +241,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(o.out, "soak +%5.1fs: %s\n", time.Since(t0).Seconds(), fmt.Sprintf(format, args...))
 	}
-	res = &result{}
+	res = &result{maxBytes: o.maxBytes, upRate: o.upRate, upBurst: o.upBurst, fleet: o.fleet}
 	dir, err := os.MkdirTemp("", "explorer-edge-soak-")
 	if err != nil {
 		return nil, err
@@ -192,24 +277,58 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return res, err
 	}
 	defer simProc.kill()
-	sc := &simControl{base: "http://" + simAddr, hc: &http.Client{Timeout: 5 * time.Second}, tl: newTimeline()}
-
-	// explorer-edge.
-	var listen, admin string
-	edgeProc, err := startOnFreePorts(ctx, 2, func(addrs []string) (*child, string, error) {
-		listen, admin = addrs[0], addrs[1]
-		cfgPath := filepath.Join(dir, "edge.yaml")
-		if err := os.WriteFile(cfgPath, []byte(edgeConfig(listen, admin, "http://"+simAddr, o.maxBytes)), 0o600); err != nil {
-			return nil, "", err
-		}
-		c, err := startChild("explorer-edge", o.edgeBin, []string{"-config", cfgPath}, filepath.Join(dir, "explorer-edge.log"))
-		return c, "http://" + admin + "/healthz", err
-	})
-	if err != nil {
+	sc := &simControl{base: "http://" + simAddr, hc: &http.Client{Timeout: 5 * time.Second}, tl: newTimeline(), fleet: o.fleet}
+	if sc.phases, err = selectPhases(o.phases, o.fleet); err != nil {
 		return res, err
 	}
-	defer edgeProc.kill()
-	logf("explorer-sim on %s, explorer-edge on %s (admin %s), files in %s", simAddr, listen, admin, dir)
+
+	// redis-server and the fleet's nodes, or one node.
+	nNodes, redisAddr := 1, ""
+	if o.fleet {
+		rs, err := startRedis(ctx, o.redisBin, dir)
+		if err != nil {
+			return res, err
+		}
+		defer rs.proc.kill()
+		sc.rs, res.redis, nNodes, redisAddr = rs, rs, 2, rs.addr
+	}
+	omit := map[string]bool{}
+	for k := range strings.SplitSeq(o.omitKeys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			omit[k] = true
+		}
+	}
+	var nodes []*node
+	defer func() {
+		for _, n := range nodes {
+			n.proc.kill()
+		}
+	}()
+	for i := range nNodes {
+		n := &node{name: "edge-" + string(rune('a'+i))}
+		n.proc, err = startOnFreePorts(ctx, 2, func(addrs []string) (*child, string, error) {
+			n.listen, n.admin = addrs[0], addrs[1]
+			cfgPath := filepath.Join(dir, n.name+".yaml")
+			cfg := edgeConfig(edgeParams{listen: n.listen, admin: n.admin, upstream: "http://" + simAddr, maxBytes: o.maxBytes,
+				rate: o.upRate, burst: o.upBurst, redis: redisAddr, nodes: nNodes, omit: omit})
+			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+				return nil, "", err
+			}
+			c, err := startChild("explorer-edge "+n.name, o.edgeBin, []string{"-config", cfgPath}, filepath.Join(dir, n.name+".log"))
+			return c, "http://" + n.admin + "/healthz", err
+		})
+		if err != nil {
+			return res, err
+		}
+		n.scr = newScraper("http://" + n.admin + "/metrics")
+		n.hc = loadClient(n.listen, max(o.workers/nNodes, 1))
+		nodes = append(nodes, n)
+	}
+	where := "one node"
+	if o.fleet {
+		where = fmt.Sprintf("%d nodes sharing redis-server on %s", nNodes, redisAddr)
+	}
+	logf("explorer-sim on %s; explorer-edge %s: %s; upstream budget %.0f/s, burst %d; files in %s", simAddr, where, nodeAddrs(nodes), o.upRate, o.upBurst, dir)
 
 	// The moving chain and its edge.
 	var mv *moving
@@ -229,37 +348,28 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		logf("moving chain: explorer-sim on %s (real time), explorer-edge on %s (%s), %d targets", mv.simAddr, mv.edgeAddr, cache, len(mv.targets))
 	}
 
-	// The edge dying ends the load at once.
+	// A node dying ends the load at once.
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
-	go func() {
-		select {
-		case <-edgeProc.exited:
-			cancelRun()
-		case <-runCtx.Done():
-		}
-	}()
-
-	scr := newScraper("http://" + admin + "/metrics")
-	scrDone := make(chan struct{})
-	scrCtx, stopScr := context.WithCancel(runCtx)
-	go func() { defer close(scrDone); scr.run(scrCtx, time.Second) }()
-	defer func() { stopScr(); <-scrDone }()
-
-	s := &soak{
-		o: o, pl: pl, edgeAddr: listen, scr: scr,
-		ck: &checker{t0: t0, tl: sc.tl},
-		hc: &fasthttp.HostClient{
-			Addr:                      listen,
-			MaxConns:                  o.workers,
-			MaxIdemponentCallAttempts: 1, // every transport error counts
-			ReadTimeout:               15 * time.Second,
-			WriteTimeout:              5 * time.Second,
-			MaxResponseBodySize:       16 << 20,
-			DisablePathNormalizing:    true, // send the targets exactly as written
-			NoDefaultUserAgentHeader:  true,
-		},
+	for _, n := range nodes {
+		go func() {
+			select {
+			case <-n.proc.exited:
+				cancelRun()
+			case <-runCtx.Done():
+			}
+		}()
 	}
+
+	// Scrapes every 250 ms: a pile-up of goroutines lasts about a second.
+	scrCtx, stopScr := context.WithCancel(runCtx)
+	var scrWG sync.WaitGroup
+	for _, n := range nodes {
+		scrWG.Go(func() { n.scr.run(scrCtx, 250*time.Millisecond) })
+	}
+	defer func() { stopScr(); scrWG.Wait() }()
+
+	s := &soak{o: o, pl: pl, nodes: nodes, ck: &checker{t0: t0, tl: sc.tl}}
 	lim := rate.NewLimiter(rate.Limit(o.rate), o.workers)
 
 	// Warm-up: every valid target once, no faults.
@@ -277,24 +387,46 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("interrupted")
 	}
-	logf("warm-up: %d requests in %.1fs, %d wrong", res.warm.requests.Load(), res.warmTime.Seconds(), res.warm.wrong.Load())
+	logf("warm-up: %d requests in %.1fs, %d wrong, %d refused for the quota", res.warm.requests.Load(), res.warmTime.Seconds(), res.warm.wrong.Load(), res.warm.quota.Load())
 
-	// Goroutine baseline: the client's connections closed, the count settled.
-	s.hc.CloseIdleConnections()
-	base, err := scr.settle(runCtx, 3*time.Second)
-	if err != nil {
-		if !edgeProc.alive() {
-			return res, fmt.Errorf("the edge died during the warm-up: %v (output in %s)", edgeProc.waitErr, edgeProc.logPath)
+	// fasthttp keeps a worker goroutine per connection it served, idle, for
+	// 10 to 20 s after the connection closed: the baseline is taken with
+	// as many idle workers as the run's connections will leave (the load's,
+	// the hammer's, the hostile clients'), so that the count after the
+	// load can be held to it.
+	for i, n := range nodes {
+		conns := max(o.workers/nNodes, 1) + max(o.hammerConns/nNodes, 1)
+		if i == 0 && o.hostile {
+			conns += hostileConns
 		}
-		return res, fmt.Errorf("goroutine baseline: %w", err)
+		if err := warmWorkers(n, pl.hot, conns); err != nil {
+			return res, fmt.Errorf("%s: %w", n.name, err)
+		}
 	}
-	res.gorBefore = base
+
+	// Goroutine baselines: the client's connections closed, the counts settled.
+	for _, n := range nodes {
+		n.hc.CloseIdleConnections()
+		nr := &nodeResult{name: n.name}
+		res.nodes = append(res.nodes, nr)
+		base, err := n.scr.settle(runCtx, 3*time.Second)
+		if err != nil {
+			if !n.proc.alive() {
+				return res, fmt.Errorf("%s died during the warm-up: %v (output in %s)", n.name, n.proc.waitErr, n.proc.logPath)
+			}
+			return res, fmt.Errorf("%s goroutine baseline: %w", n.name, err)
+		}
+		nr.gorBefore = base
+	}
 	if err := sc.resetStats(runCtx); err != nil {
 		return res, err
 	}
+	budgetStart := time.Now()
 
-	// Load, with the faults cycling.
+	// Load, with the faults cycling and the hostile clients beside it.
 	res.load = &counts{}
+	sc.hm = newHammer(pl, nodes, s.ck, o.hammerConns, o.hammerRate)
+	res.hammer = sc.hm
 	loadStart := time.Now()
 	loadEnd := loadStart.Add(o.duration)
 	quietAt := loadEnd.Add(-max(o.phase, o.duration/10))
@@ -304,14 +436,21 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if mv != nil {
 		cycleWG.Go(func() { mv.poll(runCtx, loadEnd) })
 	}
-	logf("load: %v at %.0f req/s, %d workers, fault phases of %v, quiet from +%.1fs", o.duration, o.rate, o.workers, o.phase, quietAt.Sub(loadStart).Seconds())
+	if o.hostile {
+		res.hostile = &hostile{edgeAddr: nodes[0].listen, ck: s.ck, pl: pl}
+		hctx, cancel := context.WithDeadline(runCtx, loadEnd)
+		defer cancel()
+		cycleWG.Go(func() { res.hostile.run(hctx) })
+	}
+	logf("load: %v at %.0f req/s, %d workers, fault phases of %v, quiet from +%.1fs; stale hot keys: %s", o.duration, o.rate, o.workers, o.phase,
+		quietAt.Sub(loadStart).Seconds(), sc.hm.describe())
 	s.drive(runCtx, res.load, lim, loadEnd, s.pickTarget)
 	res.loadTime = time.Since(loadStart)
 	cycleWG.Wait()
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("interrupted")
 	}
-	if cycleErr != nil && edgeProc.alive() {
+	if cycleErr != nil && allAlive(nodes) {
 		return res, fmt.Errorf("faults: %w", cycleErr)
 	}
 	logf("load: %d requests in %.1fs, %d wrong, %d client errors", res.load.requests.Load(), res.loadTime.Seconds(), res.load.wrong.Load(), res.load.clientErrors.Load())
@@ -320,30 +459,49 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 
 	// After the load: connections closed, faults cleared, goroutines back?
-	s.hc.CloseIdleConnections()
-	if edgeProc.alive() {
+	for _, n := range nodes {
+		n.hc.CloseIdleConnections()
+	}
+	if allAlive(nodes) {
 		if err := sc.set(ctx, cleared); err != nil {
 			return res, err
 		}
-		settleStart := time.Now()
-		after, err := scr.waitBelow(runCtx, base+goroutineSlack, goroutineWait)
-		if err != nil && edgeProc.alive() {
-			return res, fmt.Errorf("goroutines after the load: %w", err)
+	}
+	for i, n := range nodes {
+		if !n.proc.alive() {
+			continue
 		}
-		res.gorAfter, res.gorSettle = after, time.Since(settleStart)
+		nr := res.nodes[i]
+		settleStart := time.Now()
+		after, err := n.scr.waitBelow(runCtx, nr.gorBefore+goroutineSlack, goroutineWait)
+		if err != nil && n.proc.alive() {
+			return res, fmt.Errorf("%s goroutines after the load: %w", n.name, err)
+		}
+		nr.gorAfter, nr.gorSettle = after, time.Since(settleStart)
 	}
 	st, err := sc.stats(ctx)
 	if err != nil {
 		return res, err
 	}
+	res.budgetTime = time.Since(budgetStart)
 	res.upstreamCalls, res.authFailures = st.RequestsTotal, st.AuthFailures
-	res.edgeAlive = edgeProc.alive()
+	for i, n := range nodes {
+		res.nodes[i].alive = n.proc.alive()
+	}
 	stopScr()
-	<-scrDone
-	edgeProc.stop()
+	scrWG.Wait()
+	for _, n := range nodes {
+		n.proc.stop()
+	}
 	simProc.stop()
-	if res.panics, err = scanPanics(edgeProc.logPath); err != nil {
-		return res, err
+	for _, n := range nodes {
+		p, err := scanPanics(n.proc.logPath)
+		if err != nil {
+			return res, err
+		}
+		for _, line := range p {
+			res.panics = append(res.panics, n.name+": "+line)
+		}
 	}
 	if mv != nil {
 		res.mv, res.mvTargets, res.mvAlive = &mv.stats, len(mv.targets), mv.edge.alive()
@@ -360,13 +518,66 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		return res, fmt.Errorf("interrupted")
 	}
 
-	if err := scr.writeTSV(filepath.Join(dir, "metrics.tsv"), t0); err != nil {
-		return res, err
+	for _, n := range nodes {
+		if err := n.scr.writeTSV(filepath.Join(dir, n.name+"-metrics.tsv"), t0); err != nil {
+			return res, err
+		}
 	}
 	s.judge(res, loadStart, o.duration)
 	res.phasesRun, res.tl = sc.tl.names, sc.tl
 	res.print(o)
 	return res, nil
+}
+
+// warmWorkers opens conns connections to n at once, asks a hot target on
+// each and closes them.
+func warmWorkers(n *node, hot []*target, conns int) error {
+	var cs []net.Conn
+	defer func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := net.DialTimeout("tcp", n.listen, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, c)
+	}
+	for i, c := range cs {
+		c.SetDeadline(time.Now().Add(15 * time.Second))
+		req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nX-Forwarded-For: 10.250.0.%d\r\n\r\n", hot[i%len(hot)].path, n.listen, i%256)
+		if _, err := io.WriteString(c, req); err != nil {
+			return err
+		}
+	}
+	for _, c := range cs {
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return fmt.Errorf("warming the worker pool: %w", err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	return nil
+}
+
+func allAlive(nodes []*node) bool {
+	for _, n := range nodes {
+		if !n.proc.alive() {
+			return false
+		}
+	}
+	return true
+}
+
+func nodeAddrs(nodes []*node) string {
+	var parts []string
+	for _, n := range nodes {
+		parts = append(parts, fmt.Sprintf("%s on %s (admin %s)", n.name, n.listen, n.admin))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // pickTarget draws the next target of the load: about 5% invalid, 30% from
@@ -383,6 +594,8 @@ func (s *soak) pickTarget(r *rand.Rand) *target {
 
 // drive runs the workers until next returns nil, the deadline (if any)
 // passes or ctx ends. The limiter bounds the rate of all workers together.
+// Worker w asks node w mod the nodes, through the trusted proxy, for 256
+// client addresses of its own in turn: none of them near the per-IP limit.
 func (s *soak) drive(ctx context.Context, c *counts, lim *rate.Limiter, deadline time.Time, next func(*rand.Rand) *target) {
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
@@ -396,7 +609,8 @@ func (s *soak) drive(ctx context.Context, c *counts, lim *rate.Limiter, deadline
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseRequest(req)
 			defer fasthttp.ReleaseResponse(resp)
-			for {
+			n := s.nodes[w%len(s.nodes)]
+			for i := 0; ; i++ {
 				if lim.Wait(ctx) != nil {
 					return
 				}
@@ -404,7 +618,7 @@ func (s *soak) drive(ctx context.Context, c *counts, lim *rate.Limiter, deadline
 				if t == nil {
 					return
 				}
-				s.one(c, t, r, req, resp)
+				s.one(c, n, t, r, req, resp, fmt.Sprintf("10.%d.%d.%d", w/256%200, w%256, i%256))
 			}
 		})
 	}
@@ -413,11 +627,12 @@ func (s *soak) drive(ctx context.Context, c *counts, lim *rate.Limiter, deadline
 
 // one sends one request for t, sometimes accepting gzip and sometimes with
 // If-None-Match, and checks the answer.
-func (s *soak) one(c *counts, t *target, r *rand.Rand, req *fasthttp.Request, resp *fasthttp.Response) {
+func (s *soak) one(c *counts, n *node, t *target, r *rand.Rand, req *fasthttp.Request, resp *fasthttp.Response, xff string) {
 	req.Reset()
 	resp.Reset()
 	req.SetRequestURI(t.path)
-	req.Header.SetHost(s.edgeAddr)
+	req.Header.SetHost(n.listen)
+	req.Header.Set("X-Forwarded-For", xff)
 	var snt sent
 	if r.Float64() < 0.4 {
 		req.Header.Set(fasthttp.HeaderAcceptEncoding, "gzip")
@@ -441,7 +656,7 @@ func (s *soak) one(c *counts, t *target, r *rand.Rand, req *fasthttp.Request, re
 	c.requests.Add(1)
 	pc := s.ck.tl.current()
 	start := time.Now()
-	err := s.hc.Do(req, resp)
+	err := n.hc.Do(req, resp)
 	end := time.Now()
 	if err != nil {
 		s.ck.clientError(c, t, err)
@@ -462,50 +677,76 @@ func (s *soak) judge(res *result, loadStart time.Time, d time.Duration) {
 	if res.load.requests.Load() == 0 {
 		res.fail("no load ran")
 	}
-	samples := s.scr.all()
-	res.rssBound = 1.5*float64(s.o.maxBytes) + rssBaseline
-	for _, sm := range samples {
-		res.rssPeak = max(res.rssPeak, sm.rss)
-		res.gorPeak = max(res.gorPeak, sm.goroutines)
-		res.cachePeak = max(res.cachePeak, sm.cacheBytes)
+	if hm := res.hammer; hm != nil && hm.runs.Load() > 0 {
+		if n := hm.c.wrong.Load(); n > 0 {
+			res.fail("%d wrong answers to the stale hot keys' hammer", n)
+		}
+		if n := hm.c.clientErrors.Load(); n > 0 {
+			res.fail("%d client errors of the stale hot keys' hammer", n)
+		}
 	}
-	if len(samples) == 0 {
-		res.fail("no /metrics sample")
-	} else {
-		res.rssStart = samples[0].rss
+	if res.hostile != nil {
+		res.hostile.judge(res)
+	}
+	res.rssBound = 1.5*float64(s.o.maxBytes) + rssBaseline
+	for i, n := range s.nodes {
+		nr := res.nodes[i]
+		samples := n.scr.all()
+		if len(samples) == 0 {
+			res.fail("%s: no /metrics sample", n.name)
+			continue
+		}
+		nr.rssStart = samples[0].rss
+		for _, sm := range samples {
+			nr.rssPeak = max(nr.rssPeak, sm.rss)
+			nr.gorPeak = max(nr.gorPeak, sm.goroutines)
+			nr.cachePeak = max(nr.cachePeak, sm.cacheBytes)
+		}
+		res.rssPeak, res.gorPeak = max(res.rssPeak, nr.rssPeak), max(res.gorPeak, nr.gorPeak)
+		if nr.rssPeak > res.rssBound {
+			res.fail("%s: peak RSS %s above the bound %s", n.name, mib(nr.rssPeak), mib(res.rssBound))
+		}
+		if nr.gorPeak > maxGoroutines {
+			res.fail("%s: peak goroutines %.0f above the bound %d", n.name, nr.gorPeak, maxGoroutines)
+		}
+		q := d / 4
+		for _, sm := range samples {
+			switch off := sm.at.Sub(loadStart); {
+			case off >= q && off < 2*q:
+				nr.rssQ2 = max(nr.rssQ2, sm.rss)
+			case off >= 3*q && off <= d:
+				nr.rssQ4 = max(nr.rssQ4, sm.rss)
+			}
+		}
+		switch {
+		case nr.rssQ2 == 0 || nr.rssQ4 == 0:
+			nr.rssStable = "n/a (a quarter without samples)"
+		case nr.rssQ4 > rssGrowth*nr.rssQ2:
+			nr.rssStable = fmt.Sprintf("NO: last quarter max %s > %.2f x second quarter max %s", mib(nr.rssQ4), rssGrowth, mib(nr.rssQ2))
+			res.fail("%s: RSS grew: %s", n.name, nr.rssStable)
+		default:
+			nr.rssStable = fmt.Sprintf("yes: last quarter max %s <= %.2f x second quarter max %s", mib(nr.rssQ4), rssGrowth, mib(nr.rssQ2))
+		}
+		if nr.alive && nr.gorAfter > nr.gorBefore+goroutineSlack {
+			res.fail("%s: goroutines %v after the load, baseline %v + %d", n.name, nr.gorAfter, nr.gorBefore, goroutineSlack)
+		}
+		if !nr.alive {
+			res.fail("%s: the edge process died", n.name)
+		}
 	}
 	if res.authFailures > 0 {
 		res.fail("explorer-sim refused %d of the edge's signatures", res.authFailures)
 	}
-	if res.rssPeak > res.rssBound {
-		res.fail("peak RSS %s above the bound %s", mib(res.rssPeak), mib(res.rssBound))
+	if calls, b := float64(res.upstreamCalls), res.budget(); calls > budgetSlack*b {
+		res.fail("%.0f upstream calls in %.1fs, %.2f x the budget rate x time + burst = %.0f (at most %.2f x)",
+			calls, res.budgetTime.Seconds(), calls/b, b, budgetSlack)
 	}
-	q := d / 4
-	for _, sm := range samples {
-		switch off := sm.at.Sub(loadStart); {
-		case off >= q && off < 2*q:
-			res.rssQ2 = max(res.rssQ2, sm.rss)
-		case off >= 3*q && off <= d:
-			res.rssQ4 = max(res.rssQ4, sm.rss)
-		}
-	}
-	switch {
-	case res.rssQ2 == 0 || res.rssQ4 == 0:
-		res.rssStable = "n/a (a quarter without samples)"
-	case res.rssQ4 > rssGrowth*res.rssQ2:
-		res.rssStable = fmt.Sprintf("NO: last quarter max %s > %.2f x second quarter max %s", mib(res.rssQ4), rssGrowth, mib(res.rssQ2))
-		res.fail("RSS grew: %s", res.rssStable)
-	default:
-		res.rssStable = fmt.Sprintf("yes: last quarter max %s <= %.2f x second quarter max %s", mib(res.rssQ4), rssGrowth, mib(res.rssQ2))
-	}
-	if res.edgeAlive && res.gorAfter > res.gorBefore+goroutineSlack {
-		res.fail("goroutines %v after the load, baseline %v + %d", res.gorAfter, res.gorBefore, goroutineSlack)
+	res.phaseRows = phaseTable(s.ck.tl, s.nodes, res.fleet, res.upRate, float64(res.upBurst))
+	for _, line := range overBudget(res.phaseRows, res.upRate, float64(res.upBurst)) {
+		res.fail("beyond the budget (at most %.2f x): %s", budgetSlack, line)
 	}
 	if len(res.panics) > 0 {
-		res.fail("%d panic / fatal error lines in the edge's output", len(res.panics))
-	}
-	if !res.edgeAlive {
-		res.fail("the edge process died")
+		res.fail("%d panic / fatal error lines in the edges' output", len(res.panics))
 	}
 	if mv := res.mv; mv != nil {
 		switch {
@@ -525,6 +766,12 @@ func (s *soak) judge(res *result, loadStart time.Time, d time.Duration) {
 		}
 	}
 	res.pass = len(res.failures) == 0
+}
+
+// budget is what the fleet may spend from the stats reset to the last
+// read: rate x time + burst.
+func (res *result) budget() float64 {
+	return res.upRate*res.budgetTime.Seconds() + float64(res.upBurst)
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
@@ -553,6 +800,7 @@ func (res *result) print(o options) {
 	}
 	add("stale served", "%d (Cache-Status ...stale...; %d of them stale-if-error)", ld.stale.Load(), ld.staleErr.Load())
 	add("upstream failures", "%d (502/503/504 while faults were in force)", ld.failures.Load())
+	add("quota refusals", "%d (503/50001 upstream quota spent; warm-up %d)", ld.quota.Load(), wm.quota.Load())
 	add("304 not modified", "%d", ld.notModified.Load())
 	add("gzip answers", "%d", ld.gzipped.Load())
 	add("envelopes passed through", "%d (200 with an injected error code)", ld.envelopes.Load())
@@ -576,18 +824,34 @@ func (res *result) print(o options) {
 		add("  wrong answers", "%d%s", mv.wrong.Load(), mv.wrongRules())
 		add("  client errors", "%d (reference disagreements %d)", mv.errors.Load(), mv.refDisagree.Load())
 	}
-	add("upstream calls", "%d during the load (%.1f per 1000 requests; %d signatures refused)", res.upstreamCalls,
-		1000*float64(res.upstreamCalls)/float64(max(reqs, 1)), res.authFailures)
-	add("peak RSS", "%s (bound %s = 1.5 x %s + %s; %s at start)", mib(res.rssPeak), mib(res.rssBound),
-		mib(float64(o.maxBytes)), mib(rssBaseline), mib(res.rssStart))
-	add("RSS stable", "%s", res.rssStable)
-	add("goroutines", "before %.0f, after %.0f (slack +%d, back in %.1fs), peak %.0f", res.gorBefore, res.gorAfter, goroutineSlack, res.gorSettle.Seconds(), res.gorPeak)
-	add("panics", "%d", len(res.panics))
-	alive := "running at the end"
-	if !res.edgeAlive {
-		alive = "DIED"
+	if hm := res.hammer; hm != nil {
+		hc := hm.c
+		add("stale hot keys", "%s, in %d phase(s): %d requests, %d stale, %d upstream failures, %d quota refusals, %d wrong, %d client errors",
+			hm.describe(), hm.runs.Load(), hc.requests.Load(), hc.stale.Load(), hc.failures.Load(), hc.quota.Load(), hc.wrong.Load(), hc.clientErrors.Load())
 	}
-	add("edge process", "%s", alive)
+	if h := res.hostile; h != nil {
+		h.summary(add)
+	}
+	if rs := res.redis; rs != nil {
+		add("redis faults", "%d CLIENT PAUSEs acknowledged (%d failed), %d SIGSTOPs", rs.pauses.Load(), rs.pauseErrs.Load(), rs.stops.Load())
+	}
+	b := res.budget()
+	add("upstream calls", "%d in %.1fs of load (%.1f per 1000 requests; %d signatures refused)", res.upstreamCalls, res.budgetTime.Seconds(),
+		1000*float64(res.upstreamCalls)/float64(max(reqs, 1)), res.authFailures)
+	add("  against the budget", "%.2f x rate x time + burst = %.0f/s x %.1fs + %d = %.0f (at most %.2f x)", float64(res.upstreamCalls)/b,
+		res.upRate, res.budgetTime.Seconds(), res.upBurst, b, budgetSlack)
+	add("peak goroutines", "%.0f (bound %d per node)", res.gorPeak, maxGoroutines)
+	add("peak RSS", "%s (bound %s = 1.5 x %s + %s per node)", mib(res.rssPeak), mib(res.rssBound), mib(float64(o.maxBytes)), mib(rssBaseline))
+	for _, nr := range res.nodes {
+		alive := "running at the end"
+		if !nr.alive {
+			alive = "DIED"
+		}
+		add(nr.name, "%s; peak RSS %s (%s at start); goroutines before %.0f, after %.0f (slack +%d, back in %.1fs), peak %.0f", alive,
+			mib(nr.rssPeak), mib(nr.rssStart), nr.gorBefore, nr.gorAfter, goroutineSlack, nr.gorSettle.Seconds(), nr.gorPeak)
+		add("  RSS stable", "%s", nr.rssStable)
+	}
+	add("panics", "%d", len(res.panics))
 	add("fault phases", "%d set, %v each (per phase below)", len(res.phasesRun), o.phase)
 	verdict := "PASS"
 	if !res.pass {
@@ -603,13 +867,15 @@ func (res *result) print(o options) {
 	}
 	fmt.Fprintln(w, strings.Repeat("-", 78))
 	res.printPhases(w)
-	if res.cachePeak > float64(o.maxBytes) {
-		// Not a failure of the soak (memory is what RSS bounds), but the
-		// gauge is wrong: see cache.Cache.Set, which counts a key stored
-		// again after its keep time, before Ristretto's TTL cleanup
-		// removed it, as a new entry while Ristretto replaces it in place.
-		fmt.Fprintf(w, "NOTE: the edge's explorer_edge_cache_bytes gauge peaked at %s, above cache.max_bytes %s\n",
-			mib(res.cachePeak), mib(float64(o.maxBytes)))
+	for _, nr := range res.nodes {
+		if nr.cachePeak > float64(o.maxBytes) {
+			// Not a failure of the soak (memory is what RSS bounds), but the
+			// gauge is wrong: see cache.Cache.Set, which counts a key stored
+			// again after its keep time, before Ristretto's TTL cleanup
+			// removed it, as a new entry while Ristretto replaces it in place.
+			fmt.Fprintf(w, "NOTE: %s's explorer_edge_cache_bytes gauge peaked at %s, above cache.max_bytes %s\n",
+				nr.name, mib(nr.cachePeak), mib(float64(o.maxBytes)))
+		}
 	}
 	for _, f := range res.failures {
 		fmt.Fprintln(w, "FAIL:", f)
@@ -632,21 +898,28 @@ func (res *result) print(o options) {
 	}
 }
 
-// printPhases writes what the answers were under each fault phase.
+// printPhases writes what the answers were under each fault phase, the
+// upstream calls against the phase's budget and the nodes' peaks.
 func (res *result) printPhases(w io.Writer) {
-	if res.tl == nil {
+	if len(res.phaseRows) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\trequests\t200/304 ok\tstale\tstale-if-error\t502/503/504\tenvelopes\t\t")
-	for i, name := range res.phasesRun {
-		if i >= maxPhases {
-			break
+	fmt.Fprintln(tw, "phase\trequests\t200/304 ok\tstale\tstale-if-error\t502/503/504\tquota\tenvelopes\tcalls\t/budget\tgoroutines\tRSS MiB\t\t")
+	for i, row := range res.phaseRows {
+		pc := row.counts
+		calls, ratio := "?", "?"
+		if row.calls >= 0 {
+			calls, ratio = fmt.Sprint(row.calls), fmt.Sprintf("%.2f", float64(row.calls)/row.budget)
 		}
-		pc := &res.tl.phase[i]
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t\t%s\n", i+1, pc.requests.Load(), pc.good.Load(), pc.stale.Load(),
-			pc.staleErr.Load(), pc.failures.Load(), pc.envelopes.Load(), name)
+		if row.over {
+			ratio += "!"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f\t%.0f\t\t%s\n", i+1, pc.requests.Load(), pc.good.Load(), pc.stale.Load(),
+			pc.staleErr.Load(), pc.failures.Load(), pc.quota.Load(), pc.envelopes.Load(), calls, ratio, row.gorPeak, row.rssPeak/(1<<20), row.title)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "(calls: the sim's count while the phase was in force; /budget: of rate x its time + burst, ! beyond the bound,")
+	fmt.Fprintln(w, " a Redis phase counted with the next; goroutines, RSS: the highest of any node)")
 	fmt.Fprintln(w, strings.Repeat("-", 78))
 }

@@ -171,9 +171,27 @@ var soakTTLs = []struct {
 // the largest real answer here is about 100 KB (see oversizedBytes).
 const maxResponseBytes = 1 << 20
 
-// edgeConfig is the edge's configuration file for the soak.
-func edgeConfig(listen, admin, upstream string, maxBytes int64) string {
+// edgeParams are what differ between the soak's edges and runs.
+type edgeParams struct {
+	listen, admin, upstream string
+	maxBytes                int64   // cache.max_bytes
+	rate                    float64 // upstream.rate, the fleet's
+	burst                   int
+	redis                   string          // shared.redis_addr; "" single node
+	nodes                   int             // nodes sharing it
+	omit                    map[string]bool // keys left out, for an edge older than them
+}
+
+// edgeConfig is the edge's configuration file for the soak. The per-client
+// settings (auth, server.max_conns_per_ip) are those the hostile clients
+// test; 127.0.0.1 is the trusted proxy the load comes through.
+func edgeConfig(p edgeParams) string {
 	var b strings.Builder
+	opt := func(key, format string, args ...any) {
+		if !p.omit[key] {
+			fmt.Fprintf(&b, format, args...)
+		}
+	}
 	fmt.Fprintf(&b, `# explorer-edge configuration written by bench/soak
 listen: %q
 admin_listen: %q
@@ -183,8 +201,8 @@ upstream:
   secret_key: %q
   passphrase: %q
   timeout: 500ms
-  rate: 5000            # not the bottleneck: the soak tests the edge, not the quota
-  burst: 5000
+  rate: %g              # the fleet's; the soak asks for more (checked against rate x time + burst)
+  burst: %d
   budget_wait: 250ms
   max_conns: 64
   max_response_bytes: %d
@@ -198,9 +216,17 @@ cache:
   stale_while_revalidate: 2s
   stale_if_error: 6s
   ttl:
-`, listen, admin, upstream, sim.DemoAPIKey, sim.DemoSecretKey, sim.DemoPassphrase, maxResponseBytes, maxBytes)
+`, p.listen, p.admin, p.upstream, sim.DemoAPIKey, sim.DemoSecretKey, sim.DemoPassphrase, p.rate, p.burst, maxResponseBytes, p.maxBytes)
 	for _, t := range soakTTLs {
 		fmt.Fprintf(&b, "    %s: {head: %s, final: %s, volatile: %s, negative: %s}\n", t.route, t.head, t.final, t.volatile, t.negative)
+	}
+	fmt.Fprintf(&b, "auth:\n  ip_rate: %d\n  ip_burst: %d\n  trusted_proxies: [\"127.0.0.1/32\"]\n", ipRate, ipBurst)
+	opt("auth.ip_max_tracked", "  ip_max_tracked: %d\n", ipTracked)
+	b.WriteString("server:\n  read_timeout: 10s\n")
+	opt("server.max_conns_per_ip", "  max_conns_per_ip: %d\n", connsPerIP)
+	if p.redis != "" {
+		// lock_wait: a holder's fetch ends within retry_max_time (2 s).
+		fmt.Fprintf(&b, "shared:\n  redis_addr: %q\n  prefix: \"soak:\"\n  lock_wait: 2s\n  local_share: %g\n", p.redis, 1/float64(max(p.nodes, 1)))
 	}
 	b.WriteString("log:\n  level: warn\n  format: json\n")
 	return b.String()

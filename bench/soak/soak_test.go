@@ -23,6 +23,8 @@ func TestSoak(t *testing.T) {
 		t.Skip("builds both binaries and runs them for about 9 s")
 	}
 	bin := buildBinaries(t)
+	// Fleet mode needs redis-server; without it the soak runs one node.
+	_, noRedis := exec.LookPath("redis-server")
 	var out bytes.Buffer
 	res, err := run(t.Context(), options{
 		simBin:   filepath.Join(bin, "explorer-sim"),
@@ -34,7 +36,15 @@ func TestSoak(t *testing.T) {
 		targets:  600,
 		maxBytes: 16 << 20,
 		moving:   true,
-		out:      &out,
+		fleet:    noRedis == nil,
+		redisBin: "redis-server",
+		// The warm-up's 600 misses take about 3 s of this budget.
+		upRate:      100,
+		upBurst:     300,
+		hostile:     true,
+		hammerConns: 16,
+		hammerRate:  3000,
+		out:         &out,
 	})
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -55,6 +65,18 @@ func TestSoak(t *testing.T) {
 	}
 	if len(res.phasesRun) < 10 {
 		t.Errorf("only %d fault phases ran", len(res.phasesRun))
+	}
+	// The new faults reached the edge: the stale hot keys were asked in
+	// their phase, and every hostile client was answered.
+	if hm := res.hammer; hm.runs.Load() == 0 || hm.c.requests.Load() == 0 {
+		t.Errorf("the stale hot keys' phase did not run (%d runs, %d requests)", hm.runs.Load(), hm.c.requests.Load())
+	}
+	if h := res.hostile; h.idleRefused.Load() == 0 || h.framingOK.Load() == 0 || h.bigOK.Load() == 0 || h.forgedLimited.Load() == 0 || h.spraySent.Load() == 0 {
+		t.Errorf("a hostile client was never answered as it should: %d idle refused, %d framing, %d big headers, %d forged limited, %d spray",
+			h.idleRefused.Load(), h.framingOK.Load(), h.bigOK.Load(), h.forgedLimited.Load(), h.spraySent.Load())
+	}
+	if res.redis != nil && res.redis.pauses.Load() == 0 {
+		t.Error("Redis was never paused")
 	}
 	// The moving chain: every target asked at least once (the first round
 	// starts within 0.5 s), so answers declared final and newest pages of

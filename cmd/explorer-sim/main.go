@@ -56,6 +56,8 @@ func run(args []string) error {
 	fs.Float64Var(&f.Truncated, "fault-truncated", 0, "fraction of answers cut in half")
 	fs.Float64Var(&f.Oversized, "fault-oversized", 0, "fraction of answers padded to -fault-oversized-bytes")
 	fs.IntVar(&f.OversizedBytes, "fault-oversized-bytes", 9<<20, "size of oversized answers")
+	fs.Float64Var(&f.GzipBomb, "fault-gzip-bomb", 0, "fraction of answers that are a gzip body decoding to -fault-gzip-bomb-bytes")
+	fs.IntVar(&f.GzipBombBytes, "fault-gzip-bomb-bytes", 64<<20, "decoded size of gzip bombs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,7 +106,7 @@ func run(args []string) error {
 	} else {
 		fmt.Printf("account: api key %s (secret key and passphrase as given)\n", creds.APIKey)
 	}
-	if f != (sim.Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20}) {
+	if f != (sim.Faults{RetryAfter: 1, EnvelopeCode: "50026", OversizedBytes: 9 << 20, GzipBombBytes: 64 << 20}) {
 		js, _ := json.Marshal(s.Faults())
 		fmt.Printf("faults: %s\n", js)
 	}
