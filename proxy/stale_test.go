@@ -84,17 +84,16 @@ func TestStaleHotKeyCostsOneRefresh(t *testing.T) {
 			peak, stale, heap := hammerStale(t, h, 6000, target)
 			inuse := before.HeapInuse + before.StackInuse
 			t.Logf("peak goroutines %d (base %d), peak heap and stacks in use %d MiB (%d MiB before)", peak, base, heap>>20, inuse>>20)
-			// Each piled-up goroutine held a stack and a wait: 170,000 of
-			// them were +460 MB. One refresh holds next to nothing.
-			if heap > inuse+16<<20 {
-				t.Fatalf("heap and stacks in use grew from %d to %d MiB for one stale key", inuse>>20, heap>>20)
-			}
+			// Memory is the process's, shared with the package's parallel
+			// tests, so it is logged, not judged here: make soak bounds the
+			// edge's RSS through its stale hot keys phase.
 			if stale != 6000 {
 				t.Fatalf("%d of 6000 answers were stale at once", stale)
 			}
 			// The client goroutines (64), the server's connection goroutines
-			// (64) and a few for the one refresh.
-			if peak > base+64+64+40 {
+			// (64), a few for the one refresh, and room for the package's
+			// parallel tests; a goroutine per stale hit is 6,000 more.
+			if peak > base+64+64+1000 {
 				t.Fatalf("peak goroutines %d (base %d) for one stale key: a goroutine per stale hit", peak, base)
 			}
 			if calls := h.upstreamCalls(); calls > 1 {
