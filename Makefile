@@ -80,7 +80,7 @@ fuzz-ci:
 	done
 
 # The soak: explorer-sim with faults and explorer-edge under mixed load for
-# SOAK_DURATION; every answer is checked. See README "Reliability".
+# SOAK_DURATION; every answer is checked. See docs/reliability.md, Soak.
 SOAK_DURATION ?= 60s
 soak: build
 	$(GO) run ./bench/soak -duration $(SOAK_DURATION)

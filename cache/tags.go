@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// Purging (DESIGN.md section 11, Admin API) finds entries by what they hold,
+// Purging (docs/purge.md, POST /purge) finds entries by what they hold,
 // not only by key: the route and chain of the answer, the hashes asked and
 // the block heights it contains. Those are an entry's Tags, set once when it
 // is stored (the miss path; a hit never reads them) by the tagger the proxy

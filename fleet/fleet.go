@@ -1,5 +1,5 @@
-// Package fleet is explorer-edge's shared tier on Redis (DESIGN.md section
-// 6): a second cache tier behind every node's Ristretto, one upstream budget
+// Package fleet is explorer-edge's shared tier on Redis (docs/fleet.md): a
+// second cache tier behind every node's Ristretto, one upstream budget
 // for the whole fleet, and a fetch lock per key, so that a fill by any node
 // is a hit for all and N nodes spend one quota.
 //

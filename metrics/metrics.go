@@ -1,5 +1,5 @@
 // Package metrics defines every Prometheus family explorer-edge exports
-// (DESIGN.md section 8) on a registry of its own. Label values come from
+// (docs/operations.md#metrics) on a registry of its own. Label values come from
 // fixed sets given at construction; per-label series are resolved once, so
 // recording on the hit path is an index into a slice and an atomic add.
 // Series that are expected to move exist from the start (rate() sees their

@@ -17,8 +17,9 @@ import (
 
 // transaction-multi and transaction-fills return the same records, so they
 // are cached per (chain, hash) and answered from the hashes in cache plus
-// one upstream call for the rest (DESIGN.md section 4). Misses of concurrent
-// requests are gathered for a short window into calls of up to 20 hashes.
+// one upstream call for the rest (docs/design.md, section Per-hash batches).
+// Misses of concurrent requests are gathered for a short window into calls
+// of up to 20 hashes.
 
 // errUnmapped: the upstream answered a record whose id matches no hash
 // asked; the request is then fetched and cached whole.

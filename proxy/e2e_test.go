@@ -34,7 +34,8 @@ func TestEveryRouteAnswersAsTheSimThenFromCache(t *testing.T) {
 	h := newHarness(t)
 	targets := h.targets()
 	// transaction-multi runs before transaction-fills, which asks one of its
-	// hashes: per-hash caching makes that a hit (DESIGN.md section 4).
+	// hashes: per-hash caching makes that a hit (docs/design.md, section
+	// Per-hash batches).
 	for _, name := range RouteNames() {
 		target := targets[name]
 		t.Run(name, func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 )
 
 // Error is every failure a client can see: an envelope of the explorer API
-// with its HTTP status (DESIGN.md section 1, Errors).
+// with its HTTP status (docs/design.md, section Errors; README.md, Errors).
 type Error struct {
 	Status     int    // HTTP status for the client
 	Code       string // the explorer's code, e.g. "50036"

@@ -27,7 +27,7 @@ import (
 	"explorer-edge/sim"
 )
 
-// Fleet mode (DESIGN.md section 6) against a real redis-server on a free
+// Fleet mode (docs/fleet.md) against a real redis-server on a free
 // port: several edges in this process share it and one explorer-sim.
 
 // redisServer is a redis-server child process on a loopback port.

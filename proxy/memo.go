@@ -9,8 +9,8 @@ import (
 // uriMemo remembers, for request URIs exactly as clients sent them, the
 // route and canonical cache key their parse produced. A repeated question
 // then skips the URI and argument parsing and the normalization: on a hit
-// under load those were about 6% of the edge's CPU per request (see README,
-// Performance). The parse is a pure function of the raw URI and the
+// under load those were about 6% of the edge's CPU per request (see
+// docs/performance.md, The hit path). The parse is a pure function of the raw URI and the
 // settings, so a memo belongs to one settings value and a reload starts an
 // empty one.
 //

@@ -178,7 +178,8 @@ func driveEveryResult(t *testing.T, h *harness) {
 }
 
 // TestMetricsPassPromtool scrapes /metrics after every route and every cache
-// result and runs `promtool check metrics` on it (DESIGN.md section 8).
+// result and runs `promtool check metrics` on it (docs/operations.md, section
+// Metrics).
 func TestMetricsPassPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
@@ -209,7 +210,8 @@ func TestMetricsPassPromtool(t *testing.T) {
 	}
 }
 
-// designFamilies are the families DESIGN.md section 8 promises.
+// designFamilies are the first families the edge promised
+// (docs/operations.md, section Metrics, lists them all).
 var designFamilies = []string{
 	"explorer_edge_requests_total", "explorer_edge_request_duration_seconds", "explorer_edge_cache_results_total",
 	"explorer_edge_cache_bytes", "explorer_edge_cache_entries", "explorer_edge_cache_evictions_total",
@@ -218,7 +220,7 @@ var designFamilies = []string{
 	"explorer_edge_chain_final_height", "explorer_edge_client_rejections_total",
 }
 
-// TestMetricsMoveWithTraffic checks that every DESIGN.md family is exported
+// TestMetricsMoveWithTraffic checks that every one of designFamilies is exported
 // and that each moves as the traffic says.
 func TestMetricsMoveWithTraffic(t *testing.T) {
 	h := newHarness(t, func(c *config.Config, _ *sim.Config) {

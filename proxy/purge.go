@@ -16,7 +16,7 @@ import (
 	"explorer-edge/config"
 )
 
-// POST /purge on the admin port (DESIGN.md section 11): the operator
+// POST /purge on the admin port (docs/purge.md): the operator
 // removes answers the edge holds, or marks them stale, by one selector:
 //
 //	{"url": "/api/v5/chainx/block/block-list?chainShortName=chainx"}

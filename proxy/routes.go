@@ -49,18 +49,20 @@ const (
 	routeUnknown = numRoutes // label for paths outside the table
 )
 
-// route is one operation of the explorer API (spec sections 1-6).
+// route is one operation of the explorer API (docs/design.md, section The
+// explorer API).
 type route struct {
 	id     routeID
 	name   string // metric label and cache.ttl key
 	path   string // identical upstream and at the edge
 	params []param
-	// window bounds page*limit where the spec says only the newest 10000
+	// window bounds page*limit where the API says only the newest 10000
 	// rows are reachable (holders, blocks). 0 = no window: other routes'
 	// pages go to the upstream, which decides.
 	window int
 	// perHash routes are cached per (chain, hash): transaction-multi and
-	// transaction-fills return the same records (DESIGN.md section 4).
+	// transaction-fills return the same records (docs/design.md, section
+	// Per-hash batches).
 	perHash bool
 	// classify reads an upstream answer and returns its cache class.
 	classify func(e *Proxy, f *fetchReq, body []byte) cache.Class

@@ -130,8 +130,9 @@ func TestBreakerOpensAndCloses(t *testing.T) {
 	}
 }
 
-// sign is a test-local HMAC written from the DESIGN.md description, not
-// the signer package: Base64(HMAC-SHA256(secret, ts + "GET" + requestPath)).
+// sign is a test-local HMAC written from the API's description
+// (docs/design.md, section The explorer API), not the signer package:
+// Base64(HMAC-SHA256(secret, ts + "GET" + requestPath)).
 func sign(secret, ts, requestPath string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(ts + "GET" + requestPath))

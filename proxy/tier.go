@@ -8,7 +8,7 @@ import (
 	"explorer-edge/cache"
 )
 
-// Tier is the shared second cache tier of fleet mode (DESIGN.md section 6).
+// Tier is the shared second cache tier of fleet mode (docs/fleet.md).
 // The proxy declares it here, beside its only user; fleet.Redis implements
 // it (and gives the shared upstream budget, Options.Budget). Every method
 // goes on without Redis when it is slow or down: Get misses, Set drops,

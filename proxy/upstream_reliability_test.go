@@ -23,10 +23,10 @@ import (
 	"explorer-edge/sim"
 )
 
-// The upstream's half of issue 18: what an upstream that misbehaves (a
-// gzip bomb, dropped connections, a Retry-After of a year, refusals asked
-// again and again) may cost the edge. docs/reliability-upstream.md gives
-// each test's figure before and after.
+// What an upstream that misbehaves (a gzip bomb, dropped connections, a
+// Retry-After of a year, refusals asked again and again) may cost the edge.
+// docs/reliability.md, section A misbehaving upstream, gives each test's
+// figure before and after.
 
 // gathered reads the harness's registry as a scrape would.
 func gathered(t testing.TB, h *harness) metricFamilies {

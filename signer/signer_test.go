@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Vectors from the design brief (DESIGN.md section 1).
+// The reference vectors of the signing scheme (docs/design.md, section The
+// explorer API): a request of another API and one of this one.
 func TestSignVectors(t *testing.T) {
 	const secret = "22582BD0CFF14C41EDBF1AB98506286D"
 	const ts = "2020-12-08T09:08:57.715Z"

@@ -9,8 +9,8 @@ import (
 )
 
 // TestAuth signs requests with the signer package (the method of the
-// DESIGN.md vectors) and checks every rejection code, in the documented
-// order of checks.
+// reference vectors, signer/signer_test.go) and checks every rejection
+// code, in the documented order of checks (sim/README.md, Authentication).
 func TestAuth(t *testing.T) {
 	s := start(t, Config{Auth: true})
 	demo := DemoCredentials()
@@ -19,9 +19,10 @@ func TestAuth(t *testing.T) {
 	c := client(t, 10*time.Second)
 
 	// Hand-written vector: the signature is Base64(HMAC-SHA256(secret,
-	// timestamp + "GET" + requestPath)), as DESIGN.md's table computes.
+	// timestamp + "GET" + requestPath)), as signer/signer_test.go's vector
+	// computes.
 	if got := signer.Sign("22582BD0CFF14C41EDBF1AB98506286D", "2020-12-08T09:08:57.715Z", "GET", q); got != "2H8iYiiEbTqKdEuWC0WigfWKclsViuI9oemQM2kfnjQ=" {
-		t.Fatalf("signer disagrees with the DESIGN.md vector: %s", got)
+		t.Fatalf("signer disagrees with the reference vector: %s", got)
 	}
 
 	cases := []struct {
@@ -51,7 +52,7 @@ func TestAuth(t *testing.T) {
 		{"four fraction digits", func(r *http.Request) { resign(r, demo, time.Now().UTC().Format("2006-01-02T15:04:05.0000Z")) }, "50112"},
 		{"timestamp 31s old", func(r *http.Request) { resign(r, demo, signer.Timestamp(time.Now().Add(-31*time.Second))) }, "50102"},
 		{"timestamp 31s ahead", func(r *http.Request) { resign(r, demo, signer.Timestamp(time.Now().Add(31*time.Second))) }, "50102"},
-		{"DESIGN.md vector timestamp", func(r *http.Request) {
+		{"reference vector timestamp", func(r *http.Request) {
 			resign(r, signer.Credentials{APIKey: demo.APIKey, Passphrase: demo.Passphrase, SecretKey: "22582BD0CFF14C41EDBF1AB98506286D"}, "2020-12-08T09:08:57.715Z")
 		}, "50102"},
 		{"wrong secret", func(r *http.Request) {

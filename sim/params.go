@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Explorer error codes (DESIGN.md section 1).
+// Explorer error codes (sim/README.md, Errors; README.md, Errors).
 const (
 	codeMissing      = "50014"
 	codeInvalid      = "50036"

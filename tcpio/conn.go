@@ -1,7 +1,7 @@
 // Package tcpio is the edge's TCP tuning of the public listener, kept in
 // one place because it is the one part of the edge that reaches under the
 // standard library. It exists for what it measured on a 2-core host under
-// wrk (README Performance, make bench-compare):
+// wrk (docs/performance.md, The hit path; make bench-compare):
 //
 //   - One write per answer (Conn): fasthttp's 1 KB write buffer holds the
 //     headers and the start of the body, and the rest of the body leaves

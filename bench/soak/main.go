@@ -114,7 +114,7 @@ func (r *result) fail(format string, args ...any) {
 	r.failures = append(r.failures, fmt.Sprintf(format, args...))
 }
 
-// Bounds of the checks (see README of the task and the summary).
+// Bounds of the checks (docs/reliability.md, Soak; the summary prints them).
 const (
 	// goroutineSlack: after the load, with the client's connections
 	// closed and the faults cleared, the edge may hold a few goroutines

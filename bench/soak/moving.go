@@ -1,6 +1,6 @@
 package main
 
-// The moving chain (issue 17's differential freshness test, against the
+// The moving chain (TestDifferentialFreshness's check, against the
 // real binaries): a second explorer-sim whose chain follows real time, a
 // block a second, and a second explorer-edge in front of it with the
 // shipped TTLs and stale windows. While the load runs, one poller per

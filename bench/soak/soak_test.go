@@ -85,7 +85,7 @@ func buildBinaries(t *testing.T) string {
 // TestMovingChainCatchesLongStaleWindow runs the moving-chain phase
 // alone, twice at once: against an edge with the shipped stale windows and
 // against one whose head answers may be served 30 s stale (the default
-// before issue 17). Every target is asked twice, 3.5 s apart: more than the
+// until it was 1 s). Every target is asked twice, 3.5 s apart: more than the
 // head's fresh time and stale window together (2 s), so the first edge
 // fetches the newest page again, and the second serves the one of 3.5 s
 // before, 3 or 4 blocks behind. The phase must pass the first and fail the
