@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// Field lists of the spec (chain-explorer-read-api.md, "Resources and their
-// fields"). Booleans are marked with a trailing "?".
+// Field lists of the explorer API's records, in its documented order (the
+// schemas of docs/openapi.yaml). Booleans are marked with a trailing "?".
 var (
 	pagedFields    = []string{"page", "limit", "totalPage"}
 	chainFields    = []string{"page", "limit", "totalPage", "chainFullName", "chainShortName"}

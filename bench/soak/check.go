@@ -135,7 +135,7 @@ func errorEnvelope(body []byte) (code, msg string, ok bool) {
 }
 
 // upstreamFailure reports whether status/code is one of the edge's answers
-// to a failed upstream call (README, Errors).
+// to a failed upstream call (README.md, Errors).
 func upstreamFailure(status int, code string) bool {
 	switch status {
 	case 502:
