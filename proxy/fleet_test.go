@@ -493,10 +493,11 @@ func TestFleetGoesOnAloneWhileRedisIsDown(t *testing.T) {
 		}
 		return strings.Contains(b.get(k).header["Cache-Status"], "detail=shared")
 	})
+	// Each node finds Redis by its own probe; one whose purge-log poll
+	// met the restart may take one more probe interval (a -race -cpu 1 run
+	// saw shared_up 0 on one node at the moment the other was back).
 	for i, e := range edges {
-		if up := testutil.ToFloat64(e.m.SharedUp); up != 1 {
-			t.Errorf("edge %d: shared_up = %v after Redis came back", i, up)
-		}
+		testkit.WaitFor(t, fmt.Sprintf("edge %d: shared_up back to 1", i), func() bool { return testutil.ToFloat64(e.m.SharedUp) == 1 })
 	}
 }
 
