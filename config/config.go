@@ -121,6 +121,10 @@ type Client struct {
 	Passphrase string  `koanf:"passphrase"`
 	Rate       float64 `koanf:"rate"`  // requests per second; 0 = no limit
 	Burst      int     `koanf:"burst"` // bucket size
+	// Share weighs the client's misses against other clients' when they
+	// wait for the upstream budget: with shares 1 and 3, two clients that
+	// both wait get a quarter and three quarters of the tokens. 0 = 1.
+	Share float64 `koanf:"share"`
 
 	// Files holding the credentials instead, as upstream.*_file.
 	APIKeyFile     string `koanf:"api_key_file"`
@@ -567,6 +571,8 @@ func (c *Config) Validate() error {
 	for i, cl := range a.Clients {
 		if cl.Name == "" {
 			bad("auth.clients[%d].name: required", i)
+		} else if cl.Name == "anonymous" {
+			bad("auth.clients[%d].name: \"anonymous\" is the edge's name for unsigned traffic; choose another", i)
 		} else if names[cl.Name] {
 			bad("auth.clients[%d].name: %q used twice", i, cl.Name)
 		}
@@ -580,6 +586,9 @@ func (c *Config) Validate() error {
 		keys[cl.APIKey] = true
 		if cl.Rate < 0 || (cl.Rate > 0 && cl.Burst < 1) {
 			bad("auth.clients[%d] (%s): rate must be >= 0 and burst >= 1 when rate is set", i, cl.Name)
+		}
+		if cl.Share < 0 || cl.Share > 1000 {
+			bad("auth.clients[%d] (%s): share must be within 0..1000 (0 = 1), got %v", i, cl.Name, cl.Share)
 		}
 	}
 	if a.IPRate < 0 || (a.IPRate > 0 && a.IPBurst < 1) {

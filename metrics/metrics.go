@@ -68,6 +68,7 @@ type Metrics struct {
 	upstream        [][]prometheus.Counter // [route][outcome]
 	upstreamDur     []prometheus.Observer  // [route]
 	routeNames      []string
+	clients         clientFamilies
 	requestsVec     *prometheus.CounterVec
 	cacheResultsVec *prometheus.CounterVec
 	upstreamVec     *prometheus.CounterVec
@@ -209,6 +210,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	)
 
 	m.requestsVec, m.cacheResultsVec, m.upstreamVec, m.upstreamDurVec = requests, results, up, upDur
+	m.clients = newClientFamilies(reg)
 	for id, r := range labels {
 		codes := make([]prometheus.Counter, len(Codes))
 		res := make([]prometheus.Counter, numResults)

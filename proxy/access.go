@@ -30,6 +30,7 @@ func sampleThreshold(fraction float64) uint64 {
 // access writes the access log line of a sampled request. With sampling off
 // it is one atomic load and a comparison: the hit path stays allocation-free.
 func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
+	p.account(ctx, result)
 	if t := p.accessSample.Load(); t == 0 || rand.Uint64() > t {
 		return
 	}
@@ -64,6 +65,25 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code
 		attrs = append(attrs, slog.String("client", c.name))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+}
+
+// account counts an answered request on its client's series: the signed
+// client that passed admission, or anonymous when auth is off. A request
+// that failed the signature check is no client's (its key may be anyone's).
+func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
+	a := p.settings.Load().auth
+	t := a.anon
+	if a.signed {
+		c := a.clientOf(&ctx.Request.Header)
+		if c == nil || ctx.Response.StatusCode() == fasthttp.StatusUnauthorized {
+			return
+		}
+		t = c.tenant
+	}
+	if result == noResult {
+		result = metrics.ResultError
+	}
+	t.acct.Answered(result, len(ctx.Response.Body()))
 }
 
 // clientOf is the configured client whose api key the request carries, or

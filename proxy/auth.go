@@ -27,6 +27,10 @@ type admission struct {
 	ips     *ipLimiters
 	trusted []netip.Prefix
 	m       *metrics.Metrics
+	// anon is the tenant of unsigned traffic (auth off): one pool, not
+	// one per address, which an attacker with many addresses would
+	// multiply.
+	anon *tenant
 }
 
 type client struct {
@@ -34,16 +38,25 @@ type client struct {
 	passphrase []byte
 	signer     *signer.Signer
 	limiter    *rate.Limiter // nil = no limit
+	tenant     *tenant
+	policy     []byte // its RateLimit-Policy value; nil without a limit
 }
 
 func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
-		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m}
+		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m,
+		anon: &tenant{name: "anonymous", share: 1, acct: m.Client("anonymous")}}
 	for _, c := range cfg.Clients {
+		share := c.Share
+		if share == 0 {
+			share = 1
+		}
 		cl := &client{name: c.Name, passphrase: []byte(c.Passphrase),
-			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase})}
+			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase}),
+			tenant: &tenant{name: c.Name, share: share, acct: m.Client(c.Name)}}
 		if c.Rate > 0 {
 			cl.limiter = rate.NewLimiter(rate.Limit(c.Rate), c.Burst)
+			cl.policy = rateLimitPolicy(c.Rate, c.Burst)
 		}
 		a.clients[c.APIKey] = cl
 	}
@@ -107,21 +120,31 @@ var (
 
 var methodGET = []byte("GET")
 
-// admit returns nil when the request may go on.
-func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) *Error {
+// admit returns a nil error when the request may go on, and the signed
+// client it comes from (nil when auth is off or the signature is bad).
+func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *Error) {
 	if !a.signed {
-		return a.admitIP(ctx, now)
+		return nil, a.admitIP(ctx, now)
 	}
 	c, err := a.verify(&ctx.Request.Header, now)
 	if err != nil {
 		a.m.Reject(metrics.RejectAuth)
-		return err
+		return nil, err
 	}
 	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
 		a.m.Reject(metrics.RejectRateLimit)
-		return errClientLimited.with(nil, ceilSeconds(untilToken(c.limiter, now)))
+		c.tenant.acct.Refused(metrics.RefusedRateLimit)
+		return c, errClientLimited.with(nil, ceilSeconds(untilToken(c.limiter, now)))
 	}
-	return nil
+	return c, nil
+}
+
+// tenantOf is who a request of c is charged to.
+func (a *admission) tenantOf(c *client) *tenant {
+	if c == nil {
+		return a.anon
+	}
+	return c.tenant
 }
 
 // admitIP applies the per-IP rate, when there is one.
@@ -131,6 +154,7 @@ func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *Error {
 	}
 	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
+		a.anon.acct.Refused(metrics.RefusedRateLimit)
 		return errClientLimited.with(nil, ceilSeconds(wait))
 	}
 	return nil

@@ -39,6 +39,7 @@ type batchGroup struct {
 	chain  string
 	hashes []string
 	calls  []*hashCall
+	tenant *tenant // who opened it pays for the call; who joined pays nothing
 }
 
 type batcher struct {
@@ -63,7 +64,7 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
 	chain := string(q.chain)
 	parts := p.lookupParts(q, now)
-	p.refreshParts(s, chain, parts.stale)
+	p.refreshParts(s, chain, parts.stale, q.tenant)
 	err := parts.fetch(p, s, chain)
 	if errors.Is(err, errUnmapped) {
 		// Never serve one hash's record for another: fall back to the
@@ -97,13 +98,14 @@ type batchParts struct {
 	stale      []string       // hashes served stale, to refresh
 	fromCache  int            // items found fresh or stale
 	fromShared int            // of those, found in the shared tier
+	tenant     *tenant
 }
 
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
 // shared tier in one round trip.
 func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 	chain := string(q.chain)
-	b := &batchParts{hashes: make([]string, q.nHashes), items: make([]*cache.Entry, q.nHashes)}
+	b := &batchParts{hashes: make([]string, q.nHashes), items: make([]*cache.Entry, q.nHashes), tenant: q.tenant}
 	var shared []string // keys of the hashes not in Ristretto
 	var sharedIdx []int
 	for i := range b.hashes {
@@ -138,7 +140,7 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 
 // refreshParts fetches stale hashes in the background, once each however
 // many requests see them stale.
-func (p *Proxy) refreshParts(s *settings, chain string, stale []string) {
+func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *tenant) {
 	if len(stale) == 0 {
 		return
 	}
@@ -151,7 +153,7 @@ func (p *Proxy) refreshParts(s *settings, chain string, stale []string) {
 		for i, k := range keys {
 			hashes[i] = k[strings.LastIndexByte(k, '|')+1:]
 		}
-		p.batch.fetch(s, chain, hashes, true)
+		p.batch.fetch(s, chain, hashes, true, t)
 	})
 }
 
@@ -166,7 +168,7 @@ func (b *batchParts) fetch(p *Proxy, s *settings, chain string) error {
 		need[j] = b.hashes[i]
 	}
 	var err error
-	for j, c := range p.batch.fetch(s, chain, need, len(b.stale) > 0) {
+	for j, c := range p.batch.fetch(s, chain, need, len(b.stale) > 0, b.tenant) {
 		if c.err != nil {
 			err = c.err
 			continue
@@ -236,7 +238,7 @@ func assemble(key string, items []*cache.Entry) *cache.Entry {
 
 // fetch returns one call per hash, fetching those not already under way in
 // gathered groups, and waits for them.
-func (b *batcher) fetch(s *settings, chain string, hashes []string, haveStale bool) []*hashCall {
+func (b *batcher) fetch(s *settings, chain string, hashes []string, haveStale bool, t *tenant) []*hashCall {
 	calls := make([]*hashCall, len(hashes))
 	b.mu.Lock()
 	for i, h := range hashes {
@@ -250,7 +252,7 @@ func (b *batcher) fetch(s *settings, chain string, hashes []string, haveStale bo
 		calls[i] = c
 		g := b.open[chain]
 		if g == nil {
-			g = &batchGroup{chain: chain}
+			g = &batchGroup{chain: chain, tenant: t}
 			b.open[chain] = g
 			time.AfterFunc(time.Duration(b.window.Load()), func() { b.dispatch(s, g, haveStale) })
 		}
@@ -316,7 +318,7 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	up, err := p.up.fetch(s, &fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale})
+	up, err := p.up.fetch(s, &fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale, tenant: g.tenant})
 	body := up.body
 	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(body, "msg")

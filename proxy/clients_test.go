@@ -104,7 +104,7 @@ func TestAdmitBehindProxyAllocates(t *testing.T) {
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4000}, nil)
 	now := time.Now()
 	allocs := testing.AllocsPerRun(200, func() {
-		if err := a.admit(&ctx, now); err != nil {
+		if _, err := a.admit(&ctx, now); err != nil {
 			t.Fatal(err)
 		}
 	})

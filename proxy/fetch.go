@@ -15,12 +15,15 @@ type fetchReq struct {
 	// background: a refresh of a stale key; it yields the budget to client
 	// misses and does not take a stale copy from the shared tier.
 	background bool
+	// tenant pays for the upstream calls and waits its fair turn for the
+	// budget (fair.go).
+	tenant *tenant
 }
 
 // request is q as a question for the upstream.
 func (q *query) request(haveStale, background bool) *fetchReq {
 	f := &fetchReq{route: q.route, key: string(q.key), chain: string(q.chain), height: q.height,
-		haveStale: haveStale, background: background}
+		haveStale: haveStale, background: background, tenant: q.tenant}
 	if q.nHashes > 0 {
 		f.hashes = make([]string, q.nHashes)
 		for i := range f.hashes {

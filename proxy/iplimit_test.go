@@ -131,7 +131,7 @@ func TestIPv6PrefixSharesBucket(t *testing.T) {
 		for _, ip := range []netip.Addr{a, b} {
 			var ctx fasthttp.RequestCtx
 			ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: ip.AsSlice()}, nil)
-			if adm.admit(&ctx, time.Unix(1_800_000_000, 0)) == nil {
+			if _, err := adm.admit(&ctx, time.Unix(1_800_000_000, 0)); err == nil {
 				allowed++
 			}
 		}

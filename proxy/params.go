@@ -21,6 +21,7 @@ type query struct {
 	nHashes     int
 	page, limit int64  // kindPage and kindLimit values (1 and 0 when absent)
 	scratch     []byte // header values of the response being written
+	tenant      *tenant
 }
 
 func (q *query) hash(i int) []byte { return q.key[q.hashes[i][0]:q.hashes[i][1]] }

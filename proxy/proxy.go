@@ -241,6 +241,13 @@ func (p *Proxy) judgedAt(start time.Time) time.Time {
 // before under the same settings skips routing and parsing (uriMemo), and is
 // answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
+	if c := p.handle(ctx); c != nil && c.policy != nil {
+		rateLimitHeaders(ctx, c)
+	}
+}
+
+// handle answers ctx and returns the signed client it came from, if any.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	start := ctx.Time() // fasthttp reads the clock just before calling us
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
@@ -248,7 +255,7 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	p.requestID(ctx)
 	if e := framingError(&ctx.Request.Header); e != nil {
 		p.refuseFraming(ctx, start, e)
-		return
+		return nil
 	}
 	s := p.settings.Load()
 	uri := ctx.Request.Header.RequestURI()
@@ -258,7 +265,7 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 		r = m.route
 	} else if r = routeByPath(ctx.Path()); r == nil {
 		p.fail(ctx, routeUnknown, start, errNotFound)
-		return
+		return nil
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
 		// A CORS preflight never reaches the upstream; it passes the
@@ -266,39 +273,42 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 		if s.cors != nil && ctx.IsOptions() {
 			if err := s.auth.admitIP(ctx, start); err != nil {
 				p.fail(ctx, r.id, start, err)
-				return
+				return nil
 			}
 			if s.cors.preflight(ctx) {
 				p.metrics.Request(int(r.id), 0, time.Since(start).Seconds())
-				return
+				return nil
 			}
 		}
 		p.fail(ctx, r.id, start, errMethod)
-		return
+		return nil
 	}
 	if len(uri) > s.cfg.Server.MaxURLBytes {
 		p.fail(ctx, r.id, start, errURL)
-		return
+		return nil
 	}
 	// Auth comes before the cache: a cached answer is never given to a
 	// caller that could not have fetched it.
-	if err := s.auth.admit(ctx, start); err != nil {
+	c, err := s.auth.admit(ctx, start)
+	if err != nil {
 		p.fail(ctx, r.id, start, err)
-		return
+		return c
 	}
 	q := p.queries.Get().(*query)
 	defer p.queries.Put(q)
+	q.tenant = s.auth.tenantOf(c)
 	if m != nil && p.serveFresh(ctx, q, m, start) {
-		return
+		return c
 	}
 	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
 		p.fail(ctx, r.id, start, err)
-		return
+		return c
 	}
 	if m == nil {
 		s.memo.store(uri, q.key, r)
 	}
 	p.serve(ctx, s, q, start)
+	return c
 }
 
 // serveFresh answers a remembered URI when its entry is fresh. Anything else

@@ -36,6 +36,8 @@ type upstream struct {
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
 	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+	// gate orders the misses waiting for the budget fairly among clients.
+	gate *fairGate
 }
 
 func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
@@ -80,6 +82,7 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 	} else {
 		up.budget = newLocalBudget(cfg.Rate, cfg.Burst)
 	}
+	up.gate = newFairGate(func(background bool) (bool, time.Duration) { return up.budget.Take(0, background) })
 	m.BudgetRate.Set(cfg.Rate)
 	m.BudgetTokens(up.budget.Tokens)
 	m.ThrottledSeconds(func() float64 {
@@ -139,8 +142,11 @@ func (u *upstream) fetch(s *settings, f *fetchReq) (upstreamAnswer, error) {
 	cfg := u.cfg.Load()
 	deadline := time.Now().Add(cfg.RetryMaxTime)
 	for attempt := 0; ; attempt++ {
-		if err := u.take(r, cfg, f.haveStale, f.background); err != nil {
+		if err := u.take(r, cfg, f); err != nil {
 			return upstreamAnswer{}, err
+		}
+		if f.tenant != nil {
+			f.tenant.acct.Called()
 		}
 		var a upstreamAnswer
 		_, err := u.breaker.Execute(func() (struct{}, error) {
@@ -184,22 +190,34 @@ func retryable(err error) bool {
 	return false
 }
 
-// take draws one token for an attempt, or says why it may not go.
-func (u *upstream) take(r *route, cfg *config.Upstream, haveStale, background bool) error {
+// take draws one token for an attempt of f, or says why it may not go.
+// Misses that must wait wait in the fair gate, in turn with other
+// clients' misses.
+func (u *upstream) take(r *route, cfg *config.Upstream, f *fetchReq) error {
 	now := time.Now()
+	t := f.tenant
 	if until, ok := u.lockedUntil(now); ok {
 		u.m.Throttled.WithLabelValues("upstream").Inc()
 		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		if t != nil {
+			t.acct.Refused(metrics.RefusedUpstream)
+		}
 		return errThrottled.with(nil, ceilSeconds(until.Sub(now)))
 	}
 	wait := cfg.BudgetWait
-	if haveStale || background {
+	if f.haveStale || f.background {
 		wait = 0
 	}
-	ok, retry := u.budget.Take(wait, background)
+	if t == nil {
+		t = unattributed
+	}
+	ok, retry := u.gate.take(t, wait, f.background)
 	if !ok {
 		u.m.Throttled.WithLabelValues("budget").Inc()
 		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		if f.tenant != nil {
+			f.tenant.acct.Refused(metrics.RefusedBudget)
+		}
 		return errBudget.with(nil, ceilSeconds(retry))
 	}
 	return nil

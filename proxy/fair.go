@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"explorer-edge/metrics"
+)
+
+// fairGate admits misses that wait for the upstream budget in weighted
+// fair order among the clients waiting (start-time fair queueing): each
+// waiter gets a start tag, max(the gate's virtual time, the finish tag of
+// its client's previous waiter), and its client's finish tag moves on by
+// 1/share. Tokens go to the waiter with the smallest start tag, so a
+// client with many misses queued waits behind its own queue while a quiet
+// client's next miss goes near the front. A client alone takes every token
+// (the gate is work-conserving), and a miss that finds no one waiting and
+// a token due now goes straight through.
+//
+// The gate knows the budget only through try, a non-blocking take that
+// says when a token is due if none is. One goroutine, running only while
+// someone waits, takes tokens for the head of the queue.
+type fairGate struct {
+	mu       sync.Mutex
+	vtime    float64 // start tag of the waiter served last
+	finish   map[*tenant]float64
+	queue    waiters
+	running  bool // the dispatcher goroutine is up
+	try      func(background bool) (bool, time.Duration)
+	maxSleep time.Duration // longest the dispatcher sleeps before trying again
+}
+
+// tenant is who a miss is charged to: a configured client, or the one
+// anonymous pool. Its share weighs it against the others waiting.
+type tenant struct {
+	name  string
+	share float64
+	acct  *metrics.ClientAccount
+}
+
+// unattributed is the tenant of a fetch no request of a client made
+// (none today outside tests); it has no series.
+var unattributed = &tenant{name: "unattributed", share: 1}
+
+type waiter struct {
+	t       *tenant
+	start   float64
+	seq     uint64 // arrival order among equal tags
+	index   int    // in the heap; -1 once out of it
+	granted bool
+	ready   chan struct{}
+}
+
+type waiters struct {
+	w   []*waiter
+	seq uint64
+}
+
+func (q waiters) Len() int { return len(q.w) }
+func (q waiters) Less(i, j int) bool {
+	if q.w[i].start != q.w[j].start {
+		return q.w[i].start < q.w[j].start
+	}
+	return q.w[i].seq < q.w[j].seq
+}
+func (q waiters) Swap(i, j int) {
+	q.w[i], q.w[j] = q.w[j], q.w[i]
+	q.w[i].index, q.w[j].index = i, j
+}
+func (q *waiters) Push(x any) {
+	w := x.(*waiter)
+	w.index = len(q.w)
+	q.w = append(q.w, w)
+}
+func (q *waiters) Pop() any {
+	n := len(q.w) - 1
+	w := q.w[n]
+	q.w[n] = nil
+	q.w = q.w[:n]
+	w.index = -1
+	return w
+}
+
+func newFairGate(try func(background bool) (bool, time.Duration)) *fairGate {
+	return &fairGate{finish: map[*tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
+}
+
+// take draws a token for t, waiting at most wait in fair order. With wait
+// 0 (a caller with a stale copy) or background (a refresh, which takes
+// only while the budget is well above empty) it never queues,
+// and takes nothing while others wait: they are owed the next tokens.
+func (g *fairGate) take(t *tenant, wait time.Duration, background bool) (bool, time.Duration) {
+	if background {
+		wait = 0
+	}
+	g.mu.Lock()
+	if len(g.queue.w) == 0 {
+		g.mu.Unlock()
+		ok, due := g.try(background)
+		if ok || wait <= 0 || due > wait {
+			return ok, due
+		}
+		g.mu.Lock()
+	} else if wait <= 0 {
+		g.mu.Unlock()
+		return false, g.maxSleep
+	}
+	w := g.enqueue(t)
+	if !g.running {
+		g.running = true
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		return true, 0
+	case <-timer.C:
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w.granted { // the token came as the time ran out: use it
+		return true, 0
+	}
+	heap.Remove(&g.queue, w.index)
+	// Its place is given back: the client is not charged for a miss
+	// that never went.
+	if f := g.finish[t]; f == w.start+1/t.share {
+		g.finish[t] = w.start
+	}
+	g.forget()
+	return false, wait
+}
+
+// enqueue tags a waiter of t; g.mu is held.
+func (g *fairGate) enqueue(t *tenant) *waiter {
+	start := max(g.vtime, g.finish[t])
+	g.finish[t] = start + 1/t.share
+	g.queue.seq++
+	w := &waiter{t: t, start: start, seq: g.queue.seq, ready: make(chan struct{})}
+	heap.Push(&g.queue, w)
+	return w
+}
+
+// forget drops the finish tags of clients that no longer wait once no one
+// does, so the map holds only the clients of the current contention;
+// g.mu is held.
+func (g *fairGate) forget() {
+	if len(g.queue.w) == 0 {
+		clear(g.finish)
+	}
+}
+
+// dispatch takes tokens for the head of the queue until it is empty.
+func (g *fairGate) dispatch() {
+	for {
+		g.mu.Lock()
+		if len(g.queue.w) == 0 {
+			g.running = false
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Unlock()
+		ok, due := g.try(false)
+		g.mu.Lock()
+		if ok {
+			if len(g.queue.w) == 0 {
+				// Every waiter left while the token was taken: it is
+				// spent, as any token a caller gave up on.
+				g.running = false
+				g.mu.Unlock()
+				return
+			}
+			w := heap.Pop(&g.queue).(*waiter)
+			g.vtime = w.start
+			w.granted = true
+			close(w.ready)
+			g.forget()
+			g.mu.Unlock()
+			continue
+		}
+		g.mu.Unlock()
+		time.Sleep(min(max(due, time.Millisecond), g.maxSleep))
+	}
+}
+
+// waiting reports how many misses wait, for tests and the gauge.
+func (g *fairGate) waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.queue.w)
+}
