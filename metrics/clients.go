@@ -42,7 +42,8 @@ func newClientFamilies(reg *prometheus.Registry) clientFamilies {
 	return f
 }
 
-// ClientAccount is one client's series, resolved once (at start and on a
+// ClientAccount is one client's series (nil: none, and counting on it
+// does nothing), resolved once (at start and on a
 // reload) so that counting a request is an index and an atomic add.
 type ClientAccount struct {
 	requests [numResults + 1]prometheus.Counter
@@ -67,12 +68,23 @@ func (m *Metrics) Client(name string) *ClientAccount {
 // Answered counts a request of the client with its result (ResultError
 // for an error envelope) and the body bytes sent.
 func (a *ClientAccount) Answered(result, bytes int) {
+	if a == nil {
+		return
+	}
 	a.requests[result].Inc()
 	a.bytes.Add(float64(bytes))
 }
 
 // Called counts an upstream call sent for the client.
-func (a *ClientAccount) Called() { a.calls.Inc() }
+func (a *ClientAccount) Called() {
+	if a != nil {
+		a.calls.Inc()
+	}
+}
 
 // Refused counts a refusal of the client's request, by reason.
-func (a *ClientAccount) Refused(reason int) { a.refused[reason].Inc() }
+func (a *ClientAccount) Refused(reason int) {
+	if a != nil {
+		a.refused[reason].Inc()
+	}
+}

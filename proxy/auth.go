@@ -45,7 +45,10 @@ type client struct {
 func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
 		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m,
-		anon: &tenant{name: "anonymous", share: 1, acct: m.Client("anonymous")}}
+		anon: &tenant{name: "anonymous", share: 1}}
+	if !a.signed { // signed, no request is anonymous: no series that cannot move
+		a.anon.acct = m.Client("anonymous")
+	}
 	for _, c := range cfg.Clients {
 		share := c.Share
 		if share == 0 {
