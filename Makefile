@@ -45,7 +45,7 @@ test: vet lint build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
 	$(GO) test -race -count=1 -timeout 10m ./...
 	# Allocation counts mean nothing under -race: these run once without it.
-	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing' ./proxy
+	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing|TestFairGateStraightThrough' ./proxy
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer ./tcpio

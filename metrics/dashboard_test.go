@@ -81,6 +81,9 @@ func TestDashboardSeparatesFreshFromStale(t *testing.T) {
 		name   string
 		series map[string]string // series -> values
 		want   map[[2]string]float64
+		// every sample a panel's query gives (labels -> value), for
+		// panels by client
+		samples map[[2]string]map[string]float64
 	}{
 		{
 			name: "every answer stale, each one refreshed",
@@ -119,6 +122,25 @@ func TestDashboardSeparatesFreshFromStale(t *testing.T) {
 				{"Upstream calls and refusals per request", "refused (budget, breaker)"}: 0.125,
 			},
 		},
+		{
+			// Two clients: greedy causes 3 upstream calls of 4 and is
+			// refused for budget; quiet hits its cache 3 times of 4.
+			name: "who spends the quota, who is throttled",
+			series: map[string]string{
+				`explorer_edge_client_upstream_calls_total{job="explorer-edge",instance="a:8081",client="greedy"}`:          "0+30x40",
+				`explorer_edge_client_upstream_calls_total{job="explorer-edge",instance="a:8081",client="quiet"}`:           "0+10x40",
+				`explorer_edge_client_refused_total{job="explorer-edge",instance="a:8081",client="greedy",reason="budget"}`: "0+15x40",
+				`explorer_edge_client_refused_total{job="explorer-edge",instance="a:8081",client="quiet",reason="budget"}`:  "0x40",
+				`explorer_edge_client_requests_total{job="explorer-edge",instance="a:8081",client="quiet",result="hit"}`:    "0+30x40",
+				`explorer_edge_client_requests_total{job="explorer-edge",instance="a:8081",client="quiet",result="miss"}`:   "0+10x40",
+			},
+			samples: map[[2]string]map[string]float64{
+				{"Upstream calls by client", "{{client}}"}:     {`{client="greedy"}`: 2, `{client="quiet"}`: 10.0 / 15}, // per 15 s
+				{"Share of upstream calls", "{{client}}"}:      {`{client="greedy"}`: 0.75, `{client="quiet"}`: 0.25},
+				{"Refused by client", "{{client}} {{reason}}"}: {`{client="greedy",reason="budget"}`: 1, `{client="quiet",reason="budget"}`: 0},
+				{"Fresh hit ratio by client", "{{client}}"}:    {`{client="quiet"}`: 0.75},
+			},
+		},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -150,6 +172,16 @@ func TestDashboardSeparatesFreshFromStale(t *testing.T) {
 					labels = `{route="block-list"}`
 				}
 				fmt.Fprintf(&b, "      - expr: %q\n        eval_time: 8m\n        exp_samples:\n          - labels: %q\n            value: %v\n", expr, labels, want)
+			}
+			for k, samples := range sc.samples {
+				expr := panelExpr(t, panels, k[0], k[1])
+				if expr == "" {
+					continue
+				}
+				fmt.Fprintf(&b, "      - expr: %q\n        eval_time: 8m\n        exp_samples:\n", expr)
+				for labels, want := range samples {
+					fmt.Fprintf(&b, "          - labels: %q\n            value: %v\n", labels, want)
+				}
 			}
 			if t.Failed() {
 				return

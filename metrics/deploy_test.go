@@ -44,6 +44,7 @@ func exportedFamilies(t *testing.T) exported {
 	m := metrics.New(proxy.RouteNames(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
 	m.RegisterShared()
 	m.BudgetTokens(func() float64 { return 0 }) // registered by the proxy's upstream
+	m.Client("anonymous")                       // made by the proxy's admission, for each client
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

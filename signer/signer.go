@@ -46,8 +46,16 @@ type Signer struct {
 func New(creds Credentials) *Signer {
 	s := &Signer{creds: creds}
 	key := []byte(creds.SecretKey)
-	s.pool.New = func() any { return hmac.New(sha256.New, key) }
+	s.pool.New = func() any { return &macState{h: hmac.New(sha256.New, key)} }
 	return s
+}
+
+// macState is a pooled HMAC with the buffer its sum is written to: a sum
+// written through the hash.Hash interface escapes, so a buffer on the
+// stack would cost an allocation per signature.
+type macState struct {
+	h   hash.Hash
+	sum [sha256.Size]byte
 }
 
 // Credentials returns the credentials the signer uses.
@@ -56,15 +64,15 @@ func (s *Signer) Credentials() Credentials { return s.creds }
 // AppendSign appends the base64 signature of (timestamp, method, requestPath)
 // to dst and returns the extended slice.
 func (s *Signer) AppendSign(dst []byte, timestamp, method, requestPath []byte) []byte {
-	m := s.pool.Get().(hash.Hash)
+	st := s.pool.Get().(*macState)
+	m := st.h
 	m.Reset()
 	m.Write(timestamp)
 	m.Write(method)
 	m.Write(requestPath)
-	var sum [sha256.Size]byte
-	raw := m.Sum(sum[:0])
-	s.pool.Put(m)
-	return base64.StdEncoding.AppendEncode(dst, raw)
+	dst = base64.StdEncoding.AppendEncode(dst, m.Sum(st.sum[:0]))
+	s.pool.Put(st)
+	return dst
 }
 
 // Sign returns the signature of a request as a string.
