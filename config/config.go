@@ -111,6 +111,27 @@ type Upstream struct {
 	APIKeyFile     string `koanf:"api_key_file"`
 	SecretKeyFile  string `koanf:"secret_key_file"`
 	PassphraseFile string `koanf:"passphrase_file"`
+
+	// Accounts are further explorer accounts (another paid key, a
+	// self-hosted mirror) beside the one above, which is the account named
+	// "default". Each has its own host, credentials and budget; the other
+	// settings of this block apply to all. A miss goes to the healthiest
+	// account with a token (docs/reliability.md, Several upstream accounts).
+	Accounts []Account `koanf:"accounts"`
+}
+
+// MaxAccounts bounds upstream.accounts: each is a metric label.
+const MaxAccounts = 15
+
+// Account is one more upstream account.
+type Account struct {
+	Name       string  `koanf:"name"`     // metric label; "default" is the upstream block's
+	BaseURL    string  `koanf:"base_url"` // as upstream.base_url
+	APIKey     string  `koanf:"api_key"`
+	SecretKey  string  `koanf:"secret_key"` // never logged
+	Passphrase string  `koanf:"passphrase"` // never logged
+	Rate       float64 `koanf:"rate"`       // this account's quota, whole fleet
+	Burst      int     `koanf:"burst"`
 }
 
 // Client is one frontend allowed in when auth.mode is "signed".
@@ -400,9 +421,11 @@ func decode(k *koanf.Koanf, src sources) (Config, problems) {
 	cfg := Default()
 	ttlRaw := k.Get("cache.ttl")
 	clientsRaw := k.Get("auth.clients")
+	accountsRaw := k.Get("upstream.accounts")
 	swrRaw := k.Get("cache.stale_while_revalidate")
 	k.Delete("cache.ttl")
 	k.Delete("auth.clients")
+	k.Delete("upstream.accounts")
 	k.Delete("cache.stale_while_revalidate")
 	dc := func(out any) *mapstructure.DecoderConfig {
 		return &mapstructure.DecoderConfig{
@@ -426,6 +449,11 @@ func decode(k *koanf.Koanf, src sources) (Config, problems) {
 	}
 	if err := decodeWindows(swrRaw, &cfg.Cache.StaleWhileRevalidate, dc); err != nil {
 		probs = append(probs, decodeProblems("cache.stale_while_revalidate", err, src)...)
+	}
+	if accountsRaw != nil {
+		if err := decodeInto(accountsRaw, &cfg.Upstream.Accounts, dc); err != nil {
+			probs = append(probs, decodeProblems("upstream.accounts", err, src)...)
+		}
 	}
 	if clientsRaw != nil {
 		cfg.Auth.Clients = nil
@@ -530,6 +558,28 @@ func (c *Config) Validate() error {
 	}
 	if u.APIKey == "" || u.SecretKey == "" || u.Passphrase == "" {
 		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY, or secret_key_file naming a file, etc.)")
+	}
+	if len(u.Accounts) > MaxAccounts {
+		bad("upstream.accounts: at most %d, got %d", MaxAccounts, len(u.Accounts))
+	}
+	accountNames := map[string]bool{"default": true}
+	for i, a := range u.Accounts {
+		switch {
+		case a.Name == "":
+			bad("upstream.accounts[%d].name: required", i)
+		case accountNames[a.Name]:
+			bad("upstream.accounts[%d].name: %q used twice (\"default\" is the upstream block's)", i, a.Name)
+		}
+		accountNames[a.Name] = true
+		if p, err := url.Parse(a.BaseURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
+			bad("upstream.accounts[%d].base_url: %q must be http(s)://host[:port][/prefix] without a query", i, a.BaseURL)
+		}
+		if a.APIKey == "" || a.SecretKey == "" || a.Passphrase == "" {
+			bad("upstream.accounts[%d] (%s): api_key, secret_key and passphrase are all required", i, a.Name)
+		}
+		if a.Rate <= 0 || a.Burst < 1 {
+			bad("upstream.accounts[%d] (%s): rate must be > 0 and burst >= 1", i, a.Name)
+		}
 	}
 	positive("upstream.timeout", u.Timeout)
 	if u.Rate <= 0 {

@@ -88,13 +88,21 @@ type Budget struct {
 	debt   atomic.Int64 // tokens taken locally and not yet charged to the shared bucket
 }
 
-func newBudget(r *Redis) *Budget {
-	b := &Budget{r: r, key: r.cfg.Prefix + "budget",
-		local: quota.New(r.cfg.Rate*r.cfg.LocalShare, localBurst(r.cfg.Burst, r.cfg.LocalShare))}
-	b.rate.Store(math.Float64bits(r.cfg.Rate))
-	b.burst.Store(int64(r.cfg.Burst))
-	b.tokens.Store(math.Float64bits(float64(r.cfg.Burst)))
+func newBudget(r *Redis, key string, rate float64, burst int) *Budget {
+	b := &Budget{r: r, key: r.cfg.Prefix + key,
+		local: quota.New(rate*r.cfg.LocalShare, localBurst(burst, r.cfg.LocalShare))}
+	b.rate.Store(math.Float64bits(rate))
+	b.burst.Store(int64(burst))
+	b.tokens.Store(math.Float64bits(float64(burst)))
 	return b
+}
+
+// AccountBudget is the fleet-wide budget of the upstream account name
+// (upstream.accounts), under its own key: budget:<name>. The default
+// account's is Budget, under the key budget, as before there were
+// accounts.
+func (r *Redis) AccountBudget(name string, rate float64, burst int) *Budget {
+	return newBudget(r, "budget:"+name, rate, burst)
 }
 
 func localBurst(burst int, share float64) int { return max(1, int(float64(burst)*share)) }

@@ -157,7 +157,7 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
 	if cfg.TLS {
 		r.opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	r.budget = newBudget(r)
+	r.budget = newBudget(r, "budget", cfg.Rate, cfg.Burst)
 	m.SharedUp.Set(0)
 	if err := r.probe(); err != nil {
 		log.Warn("shared tier unreachable; serving alone until it answers", "redis", cfg.Addrs, "err", err)

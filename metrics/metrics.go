@@ -69,6 +69,7 @@ type Metrics struct {
 	upstreamDur     []prometheus.Observer  // [route]
 	routeNames      []string
 	clients         clientFamilies
+	accounts        *accountCollector // nil until Accounts
 	requestsVec     *prometheus.CounterVec
 	cacheResultsVec *prometheus.CounterVec
 	upstreamVec     *prometheus.CounterVec

@@ -318,7 +318,7 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	up, err := p.up.fetch(s, &fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale, tenant: g.tenant})
+	up, err := p.up.fetch(&fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale, tenant: g.tenant})
 	body := up.body
 	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(body, "msg")

@@ -18,8 +18,9 @@ import (
 // (the gate is work-conserving), and a miss that finds no one waiting and
 // a token due now goes straight through.
 //
-// The gate knows the budget only through try, a non-blocking take that
-// says when a token is due if none is. One goroutine, running only while
+// The gate knows the budget only through try, a non-blocking take from
+// the best account with a token (pool.go), which says when a token is due
+// if none is. One goroutine, running only while
 // someone waits, takes tokens for the head of the queue.
 type fairGate struct {
 	mu       sync.Mutex
@@ -27,7 +28,7 @@ type fairGate struct {
 	finish   map[*tenant]float64
 	queue    waiters
 	running  bool // the dispatcher goroutine is up
-	try      func(background bool) (bool, time.Duration)
+	try      func(background bool, avoid *upstream) (*upstream, time.Duration)
 	maxSleep time.Duration // longest the dispatcher sleeps before trying again
 }
 
@@ -48,7 +49,8 @@ type waiter struct {
 	start   float64
 	seq     uint64 // arrival order among equal tags
 	index   int    // in the heap; -1 once out of it
-	granted bool
+	avoid   *upstream // an account the waiter's last attempt failed on
+	got     *upstream // the account whose token it was given
 	ready   chan struct{}
 }
 
@@ -82,7 +84,7 @@ func (q *waiters) Pop() any {
 	return w
 }
 
-func newFairGate(try func(background bool) (bool, time.Duration)) *fairGate {
+func newFairGate(try func(background bool, avoid *upstream) (*upstream, time.Duration)) *fairGate {
 	return &fairGate{finish: map[*tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
 }
 
@@ -90,23 +92,24 @@ func newFairGate(try func(background bool) (bool, time.Duration)) *fairGate {
 // 0 (a caller with a stale copy) or background (a refresh, which takes
 // only while the budget is well above empty) it never queues,
 // and takes nothing while others wait: they are owed the next tokens.
-func (g *fairGate) take(t *tenant, wait time.Duration, background bool) (bool, time.Duration) {
+func (g *fairGate) take(t *tenant, wait time.Duration, background bool, avoid *upstream) (*upstream, time.Duration) {
 	if background {
 		wait = 0
 	}
 	g.mu.Lock()
 	if len(g.queue.w) == 0 {
 		g.mu.Unlock()
-		ok, due := g.try(background)
-		if ok || wait <= 0 || due > wait {
-			return ok, due
+		u, due := g.try(background, avoid)
+		if u != nil || wait <= 0 || due > wait {
+			return u, due
 		}
 		g.mu.Lock()
 	} else if wait <= 0 {
 		g.mu.Unlock()
-		return false, g.maxSleep
+		return nil, g.maxSleep
 	}
 	w := g.enqueue(t)
+	w.avoid = avoid
 	if !g.running {
 		g.running = true
 		go g.dispatch()
@@ -117,13 +120,13 @@ func (g *fairGate) take(t *tenant, wait time.Duration, background bool) (bool, t
 	defer timer.Stop()
 	select {
 	case <-w.ready:
-		return true, 0
+		return w.got, 0
 	case <-timer.C:
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if w.granted { // the token came as the time ran out: use it
-		return true, 0
+	if w.got != nil { // the token came as the time ran out: use it
+		return w.got, 0
 	}
 	heap.Remove(&g.queue, w.index)
 	// Its place is given back: the client is not charged for a miss
@@ -132,7 +135,7 @@ func (g *fairGate) take(t *tenant, wait time.Duration, background bool) (bool, t
 		g.finish[t] = w.start
 	}
 	g.forget()
-	return false, wait
+	return nil, wait
 }
 
 // enqueue tags a waiter of t; g.mu is held.
@@ -163,10 +166,11 @@ func (g *fairGate) dispatch() {
 			g.mu.Unlock()
 			return
 		}
+		head := g.queue.w[0]
 		g.mu.Unlock()
-		ok, due := g.try(false)
+		u, due := g.try(false, head.avoid)
 		g.mu.Lock()
-		if ok {
+		if u != nil {
 			if len(g.queue.w) == 0 {
 				// Every waiter left while the token was taken: it is
 				// spent, as any token a caller gave up on.
@@ -174,9 +178,11 @@ func (g *fairGate) dispatch() {
 				g.mu.Unlock()
 				return
 			}
+			// The token goes to whoever heads the queue now (a waiter
+			// may have come before the one it was taken for).
 			w := heap.Pop(&g.queue).(*waiter)
 			g.vtime = w.start
-			w.granted = true
+			w.got = u
 			close(w.ready)
 			g.forget()
 			g.mu.Unlock()

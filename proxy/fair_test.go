@@ -16,14 +16,17 @@ import (
 // tokenTap is a budget the test opens one token at a time.
 type tokenTap struct{ n atomic.Int64 }
 
-func (b *tokenTap) try(bool) (bool, time.Duration) {
+// tapAccount is the account every token of a tap comes from.
+var tapAccount = &upstream{name: "tap"}
+
+func (b *tokenTap) try(bool, *upstream) (*upstream, time.Duration) {
 	for {
 		n := b.n.Load()
 		if n <= 0 {
-			return false, time.Millisecond
+			return nil, time.Millisecond
 		}
 		if b.n.CompareAndSwap(n, n-1) {
-			return true, 0
+			return tapAccount, 0
 		}
 	}
 }
@@ -47,7 +50,7 @@ func grantOrder(t *testing.T, tenants []*tenant, per []int, tokens int) []string
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if ok, _ := g.take(tn, 30*time.Second, false); ok {
+				if u, _ := g.take(tn, 30*time.Second, false, nil); u != nil {
 					got <- tn.name
 				}
 			}()
@@ -112,7 +115,7 @@ func TestFairGateDeadlines(t *testing.T) {
 	var tap tokenTap
 	g := newFairGate(tap.try)
 	a := &tenant{name: "a", share: 1}
-	if ok, _ := g.take(a, 20*time.Millisecond, false); ok {
+	if u, _ := g.take(a, 20*time.Millisecond, false, nil); u != nil {
 		t.Fatal("a token from a dry budget")
 	}
 	if n := g.waiting(); n != 0 {
@@ -121,16 +124,16 @@ func TestFairGateDeadlines(t *testing.T) {
 	testkit.WaitFor(t, "dispatcher gone", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return !g.running })
 
 	done := make(chan bool)
-	go func() { ok, _ := g.take(a, 30*time.Second, false); done <- ok }()
+	go func() { u, _ := g.take(a, 30*time.Second, false, nil); done <- u == tapAccount }()
 	testkit.WaitFor(t, "waiter queued", func() bool { return g.waiting() == 1 })
 	tap.n.Add(1)
 	// The token is owed to the waiter: neither a caller without a wait nor
 	// a background refresh may take it first. (The dispatcher may have
 	// taken it already; then they find none either way.)
-	if ok, _ := g.take(a, 0, false); ok {
+	if u, _ := g.take(a, 0, false, nil); u != nil {
 		t.Fatal("a caller without a wait jumped the queue")
 	}
-	if ok, _ := g.take(a, time.Second, true); ok {
+	if u, _ := g.take(a, time.Second, true, nil); u != nil {
 		t.Fatal("a background refresh jumped the queue")
 	}
 	if !<-done {
@@ -146,7 +149,7 @@ func TestFairGateStraightThrough(t *testing.T) {
 	g := newFairGate(tap.try)
 	a := &tenant{name: "a", share: 1}
 	allocs := testing.AllocsPerRun(1000, func() {
-		if ok, _ := g.take(a, time.Second, false); !ok {
+		if u, _ := g.take(a, time.Second, false, nil); u == nil {
 			t.Fatal("no token from a full budget")
 		}
 	})
@@ -163,7 +166,7 @@ func BenchmarkFairGateStraightThrough(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			g.take(a, time.Second, false)
+			g.take(a, time.Second, false, nil)
 		}
 	})
 }

@@ -141,6 +141,7 @@ func startFleetEdge(base *harness, wrap ...func(*fleet.Redis) Tier) *fleetEdge {
 			t.Fatal(err)
 		}
 		o.Tier, o.Budget = e.shared, e.shared.Budget()
+		o.AccountBudget = func(name string, rate float64, burst int) Budget { return e.shared.AccountBudget(name, rate, burst) }
 		for _, w := range wrap {
 			o.Tier = w(e.shared)
 		}

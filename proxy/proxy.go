@@ -19,7 +19,6 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
-	"explorer-edge/signer"
 )
 
 // settings are the parts of the configuration a reload may change. They are
@@ -27,7 +26,6 @@ import (
 type settings struct {
 	cfg         config.Config
 	chains      []string // upper case
-	signer      *signer.Signer
 	ttl         [numRoutes]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
 	auth        *admission
@@ -42,7 +40,7 @@ type Proxy struct {
 	cache    *cache.Cache
 	metrics  *metrics.Metrics
 	log      *slog.Logger
-	up       *upstream
+	up       *pool // the upstream accounts
 	flight   singleflight.Group
 	batch    *batcher
 	tier     Tier // second cache tier and fleet coordination; nil on a single node
@@ -80,6 +78,9 @@ type Options struct {
 	Now     func() time.Time // nil = time.Now
 	Tier    Tier             // nil = single node
 	Budget  Budget           // upstream quota; nil = a local token bucket of upstream.rate
+	// AccountBudget makes the budgets of upstream.accounts; nil = local
+	// token buckets of their rates.
+	AccountBudget AccountBudget
 }
 
 // New builds a proxy from a validated configuration.
@@ -106,7 +107,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	p.ids.init()
-	if p.up, err = newUpstream(cfg.Upstream, p.metrics, p.log, o.Budget); err != nil {
+	if p.up, err = newPool(cfg.Upstream, p.metrics, p.log, o.Budget, o.AccountBudget); err != nil {
 		return nil, err
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
@@ -123,7 +124,6 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
-	s.signer = signer.New(signer.Credentials{APIKey: cfg.Upstream.APIKey, SecretKey: cfg.Upstream.SecretKey, Passphrase: cfg.Upstream.Passphrase})
 	for i := range routes {
 		s.ttl[i] = routeTTLs(&routes[i], cfg.Cache.TTL)
 	}
@@ -154,8 +154,8 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if old.cfg.Cache.MaxBytes != cfg.Cache.MaxBytes || old.cfg.Shared != cfg.Shared {
 		errs = append(errs, errors.New("cache.max_bytes and shared cannot change on reload; restart"))
 	}
-	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL {
-		errs = append(errs, errors.New("upstream.base_url cannot change on reload; restart"))
+	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL || !p.up.sameAccounts(cfg.Upstream) {
+		errs = append(errs, errors.New("upstream.base_url and the names and base_url of upstream.accounts cannot change on reload; restart"))
 	}
 	if ou, nu := old.cfg.Upstream, cfg.Upstream; ou.MaxConns != nu.MaxConns || ou.MaxResponseBytes != nu.MaxResponseBytes ||
 		ou.BreakerFailures != nu.BreakerFailures || ou.BreakerOpenFor != nu.BreakerOpenFor {
@@ -505,7 +505,7 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
-	up, err := p.up.fetch(s, f)
+	up, err := p.up.fetch(f)
 	if err == nil {
 		a := p.store(s, f, asked, up)
 		if a.entry == nil {

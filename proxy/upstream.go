@@ -20,10 +20,15 @@ import (
 	"explorer-edge/signer"
 )
 
-// upstream calls the explorer API: one fasthttp host client with bounded
-// connections, every request re-signed, drawn from the budget, guarded by a
-// circuit breaker and retried with jittered backoff.
+// upstream is one account of the explorer API: one fasthttp host client
+// with bounded connections, every request signed with the account's
+// credentials, drawn from its budget, guarded by its circuit breaker. The
+// pool (pool.go) chooses among accounts and retries.
 type upstream struct {
+	name    string
+	signer  atomic.Pointer[signer.Signer]
+	health  health
+	changed func() // the pool's: an account's rate or breaker changed
 	hc      *fasthttp.HostClient
 	prefix  string // path prefix of base_url
 	host    string
@@ -36,11 +41,11 @@ type upstream struct {
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
 	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
-	// gate orders the misses waiting for the budget fairly among clients.
-	gate *fairGate
 }
 
-func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
+// newUpstream makes the account name of cfg (its base_url, credentials,
+// rate and burst; the rest is shared by every account).
+func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream.base_url: %w", err)
@@ -55,7 +60,9 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 		}
 	}
 	up := &upstream{
-		prefix: stringsTrimRightSlash(u.Path),
+		name:    name,
+		changed: func() {},
+		prefix:  stringsTrimRightSlash(u.Path),
 		host:   u.Host,
 		m:      m,
 		log:    log,
@@ -76,24 +83,15 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 		},
 	}
 	up.cfg.Store(&cfg)
+	up.signer.Store(signer.New(signer.Credentials{APIKey: cfg.APIKey, SecretKey: cfg.SecretKey, Passphrase: cfg.Passphrase}))
 	up.rate.Store(math.Float64bits(cfg.Rate))
 	if budget != nil {
 		up.budget = budget
 	} else {
 		up.budget = newLocalBudget(cfg.Rate, cfg.Burst)
 	}
-	up.gate = newFairGate(func(background bool) (bool, time.Duration) { return up.budget.Take(0, background) })
-	m.BudgetRate.Set(cfg.Rate)
-	m.BudgetTokens(up.budget.Tokens)
-	m.ThrottledSeconds(func() float64 {
-		until, ok := up.lockedUntil(time.Now())
-		if !ok {
-			return 0
-		}
-		return time.Until(until).Seconds()
-	})
 	up.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        "upstream",
+		Name:        name,
 		MaxRequests: 1, // one probe while half-open
 		Timeout:     cfg.BreakerOpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(cfg.BreakerFailures) },
@@ -105,8 +103,8 @@ func newUpstream(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budg
 			return err == nil || (errors.As(err, &e) && (e == errBudget || e.reason == "quota"))
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
-			m.BreakerState.Set(float64(to))
-			log.Warn("upstream breaker", "from", from.String(), "to", to.String())
+			up.changed()
+			log.Warn("upstream breaker", "account", name, "from", from.String(), "to", to.String())
 		},
 	})
 	return up, nil
@@ -124,54 +122,14 @@ func stringsTrimRightSlash(s string) string {
 // "try again now".
 func (u *upstream) reconfigure(cfg config.Upstream) {
 	u.cfg.Store(&cfg)
+	u.signer.Store(signer.New(signer.Credentials{APIKey: cfg.APIKey, SecretKey: cfg.SecretKey, Passphrase: cfg.Passphrase}))
 	u.lock.Store(nil)
 	u.rate.Store(math.Float64bits(cfg.Rate))
 	u.budget.SetRate(cfg.Rate, cfg.Burst)
-	u.m.BudgetRate.Set(cfg.Rate)
+	u.changed()
 }
 
 func (u *upstream) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
-
-// fetch asks the upstream f's question (its canonical key: path and query).
-// It returns the upstream's answer, its body a copy and its envelope
-// checked, or an *Error. Callers with a stale copy and background callers
-// never wait for the budget: the former have a copy to serve, the latter
-// yield to client misses.
-func (u *upstream) fetch(s *settings, f *fetchReq) (upstreamAnswer, error) {
-	r := f.route
-	cfg := u.cfg.Load()
-	deadline := time.Now().Add(cfg.RetryMaxTime)
-	for attempt := 0; ; attempt++ {
-		if err := u.take(r, cfg, f); err != nil {
-			return upstreamAnswer{}, err
-		}
-		if f.tenant != nil {
-			f.tenant.acct.Called()
-		}
-		var a upstreamAnswer
-		_, err := u.breaker.Execute(func() (struct{}, error) {
-			var err error
-			a, err = u.call(s, r, f.key, min(cfg.Timeout, time.Until(deadline)))
-			return struct{}{}, err
-		})
-		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
-			return upstreamAnswer{}, errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
-		}
-		if err == nil {
-			return a, nil
-		}
-		if !retryable(err) || attempt >= cfg.Retries {
-			return upstreamAnswer{}, err
-		}
-		backoff := jitter(cfg.RetryBackoff << attempt)
-		if time.Now().Add(backoff).After(deadline) {
-			return upstreamAnswer{}, err
-		}
-		u.log.Debug("upstream retry", "route", r.name, "attempt", attempt+1, "backoff", backoff, "err", err)
-		time.Sleep(backoff)
-	}
-}
 
 // retryable says whether another attempt may fare better, by the cause of
 // the failure: a timeout, an unreachable upstream, a 5xx or a broken
@@ -190,39 +148,6 @@ func retryable(err error) bool {
 	return false
 }
 
-// take draws one token for an attempt of f, or says why it may not go.
-// Misses that must wait wait in the fair gate, in turn with other
-// clients' misses.
-func (u *upstream) take(r *route, cfg *config.Upstream, f *fetchReq) error {
-	now := time.Now()
-	t := f.tenant
-	if until, ok := u.lockedUntil(now); ok {
-		u.m.Throttled.WithLabelValues("upstream").Inc()
-		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
-		if t != nil {
-			t.acct.Refused(metrics.RefusedUpstream)
-		}
-		return errThrottled.with(nil, ceilSeconds(until.Sub(now)))
-	}
-	wait := cfg.BudgetWait
-	if f.haveStale || f.background {
-		wait = 0
-	}
-	if t == nil {
-		t = unattributed
-	}
-	ok, retry := u.gate.take(t, wait, f.background)
-	if !ok {
-		u.m.Throttled.WithLabelValues("budget").Inc()
-		u.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
-		if f.tenant != nil {
-			f.tenant.acct.Refused(metrics.RefusedBudget)
-		}
-		return errBudget.with(nil, ceilSeconds(retry))
-	}
-	return nil
-}
-
 func ceilSeconds(d time.Duration) int {
 	return max(1, int((d+time.Second-1)/time.Second))
 }
@@ -231,7 +156,7 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(s *settings, r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
+func (u *upstream) call(r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -241,11 +166,12 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 	req.SetRequestURI(path)
 	req.Header.SetHost(u.host)
 	req.Header.SetMethod(fasthttp.MethodGet)
-	creds := s.signer.Credentials()
+	sg := u.signer.Load()
+	creds := sg.Credentials()
 	var buf [96]byte
 	ts := signer.AppendTimestamp(buf[:0], time.Now())
 	req.Header.SetCanonical(hdrTS, ts)
-	req.Header.SetCanonical(hdrSign, s.signer.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
+	req.Header.SetCanonical(hdrSign, sg.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
 	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
 	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
 
@@ -261,8 +187,8 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		case "too-large":
 			outcome = metrics.OutcomeTooLarge
 		}
-		u.m.Upstream(int(r.id), outcome, took.Seconds())
-		u.log.Warn("upstream call", "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.record(r, outcome, took)
+		u.log.Warn("upstream call", "account", u.name, "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e
 	}
 	status := resp.StatusCode()
@@ -272,8 +198,8 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 		if errors.Is(err, errDecodedTooLarge) {
 			outcome, e = metrics.OutcomeTooLarge, errTooLarge
 		}
-		u.m.Upstream(int(r.id), outcome, took.Seconds())
-		u.log.Warn("upstream call", "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.record(r, outcome, took)
+		u.log.Warn("upstream call", "account", u.name, "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e.with(err, 0)
 	}
 	code, _ := envelopeCode(body)
@@ -294,12 +220,12 @@ func (u *upstream) call(s *settings, r *route, target string, timeout time.Durat
 	default:
 		u.recovered(start)
 	}
-	u.m.Upstream(int(r.id), outcome, took.Seconds())
+	u.record(r, outcome, took)
 	level := slog.LevelInfo
 	if result != nil {
 		level = slog.LevelWarn
 	}
-	u.log.Log(context.Background(), level, "upstream call", "route", r.name, "status", status, "code", code,
+	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
 	if result != nil {
 		return upstreamAnswer{}, result
@@ -370,5 +296,13 @@ func (u *upstream) recovered(sent time.Time) {
 func (u *upstream) setRate(rate float64, burst int) {
 	u.rate.Store(math.Float64bits(rate))
 	u.budget.SetRate(rate, burst)
-	u.m.BudgetRate.Set(rate)
+	u.changed()
+}
+
+// record counts an attempt's outcome on the route's and the account's
+// series and in the account's health.
+func (u *upstream) record(r *route, outcome int, took time.Duration) {
+	u.m.Upstream(int(r.id), outcome, took.Seconds())
+	u.m.AccountCall(u.name, outcome)
+	u.health.observe(took, outcome != metrics.OutcomeOK && outcome != metrics.OutcomeErrorEnvelope)
 }

@@ -333,7 +333,7 @@ func TestRetryAfter(t *testing.T) {
 // when the 429 came does not.
 func TestUpstreamLockoutEndsOnAnAnswerSentAfterIt(t *testing.T) {
 	h := newHarness(t)
-	u := h.p.up
+	u := h.p.up.accts[0]
 	now := time.Now()
 	u.throttled([]byte("30"), now)
 	u.recovered(now.Add(-time.Millisecond))

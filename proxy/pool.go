@@ -1,0 +1,369 @@
+package proxy
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+
+	"explorer-edge/config"
+	"explorer-edge/metrics"
+)
+
+// pool is the upstream accounts (upstream, then upstream.accounts in
+// order) and the choice among them. Each attempt goes to the healthiest
+// account that has a token: breaker-open and locked-out (429) accounts are
+// skipped, then fewer recent failures and lower latency come first, and
+// accounts alike take turns. A connection error, timeout or 5xx is retried
+// on another account with that account's token; a 429 locks its account
+// out for the Retry-After and the call moves on at once. Misses that wait
+// for a token wait in the fair gate.
+type pool struct {
+	accts []*upstream
+	gate  *fairGate
+	m     *metrics.Metrics
+	turn  atomic.Uint32 // rotates the order of accounts alike
+}
+
+// AccountBudget makes the budget of an account other than the default
+// one (fleet mode: one fleet-wide bucket per account).
+type AccountBudget func(name string, rate float64, burst int) Budget
+
+// accountConfigs are the accounts of cfg: the upstream block as "default",
+// then each of upstream.accounts over the block's shared settings.
+func accountConfigs(cfg config.Upstream) (names []string, cfgs []config.Upstream) {
+	base := cfg
+	base.Accounts = nil
+	names, cfgs = append(names, "default"), append(cfgs, base)
+	for _, a := range cfg.Accounts {
+		c := base
+		c.BaseURL, c.APIKey, c.SecretKey, c.Passphrase, c.Rate, c.Burst = a.BaseURL, a.APIKey, a.SecretKey, a.Passphrase, a.Rate, a.Burst
+		c.APIKeyFile, c.SecretKeyFile, c.PassphraseFile = "", "", ""
+		names, cfgs = append(names, a.Name), append(cfgs, c)
+	}
+	return names, cfgs
+}
+
+func newPool(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget, more AccountBudget) (*pool, error) {
+	pl := &pool{m: m}
+	names, cfgs := accountConfigs(cfg)
+	for i, name := range names {
+		var b Budget
+		switch {
+		case i == 0:
+			b = budget
+		case more != nil:
+			b = more(name, cfgs[i].Rate, cfgs[i].Burst)
+		}
+		u, err := newUpstream(name, cfgs[i], m, log, b)
+		if err != nil {
+			return nil, err
+		}
+		u.changed = pl.changed
+		pl.accts = append(pl.accts, u)
+	}
+	pl.gate = newFairGate(pl.try)
+	m.BudgetTokens(func() float64 {
+		sum := 0.0
+		for _, u := range pl.accts {
+			sum += u.budget.Tokens()
+		}
+		return sum
+	})
+	m.ThrottledSeconds(func() float64 {
+		until, ok := pl.lockedUntil(time.Now())
+		if !ok {
+			return 0
+		}
+		return time.Until(until).Seconds()
+	})
+	m.Accounts(names, func(i int) metrics.AccountState {
+		u := pl.accts[i]
+		s := metrics.AccountState{Tokens: u.budget.Tokens(), Rate: math.Float64frombits(u.rate.Load()),
+			Breaker: float64(u.breaker.State()), ErrorRatio: u.health.errorRatio()}
+		if until, ok := u.lockedUntil(time.Now()); ok {
+			s.ThrottledSeconds = time.Until(until).Seconds()
+		}
+		return s
+	})
+	pl.changed()
+	return pl, nil
+}
+
+// changed sets the gauges that sum up the accounts: the budget rate is
+// theirs together; the breaker is open only when every account's is.
+func (pl *pool) changed() {
+	rate, state := 0.0, gobreaker.StateOpen
+	for _, u := range pl.accts {
+		rate += math.Float64frombits(u.rate.Load())
+		if u.breaker != nil {
+			state = min(state, u.breaker.State())
+		}
+	}
+	pl.m.BudgetRate.Set(rate)
+	pl.m.BreakerState.Set(float64(state))
+}
+
+// cfg is the settings every account shares.
+func (pl *pool) cfg() *config.Upstream { return pl.accts[0].cfg.Load() }
+
+// reconfigure applies a reload: rates and credentials of every account.
+func (pl *pool) reconfigure(cfg config.Upstream) {
+	_, cfgs := accountConfigs(cfg)
+	for i, u := range pl.accts {
+		u.reconfigure(cfgs[i])
+	}
+}
+
+// sameAccounts reports whether cfg names the accounts the pool was built
+// with, on the same hosts: accounts come and go with a restart.
+func (pl *pool) sameAccounts(cfg config.Upstream) bool {
+	names, cfgs := accountConfigs(cfg)
+	if len(names) != len(pl.accts) {
+		return false
+	}
+	for i, u := range pl.accts {
+		if u.name != names[i] || u.cfg.Load().BaseURL != cfgs[i].BaseURL {
+			return false
+		}
+	}
+	return true
+}
+
+// usable reports whether u may be sent a call now: its breaker lets one
+// through and no 429 locks it out.
+func (u *upstream) usable(now time.Time) bool {
+	if u.breakerOpen() {
+		return false
+	}
+	_, locked := u.lockedUntil(now)
+	return !locked
+}
+
+// order is the usable accounts, best first, without avoid unless it is the
+// only one.
+func (pl *pool) order(avoid *upstream, now time.Time) []*upstream {
+	var buf [config.MaxAccounts + 1]*upstream
+	c := buf[:0]
+	n := len(pl.accts)
+	start := int(pl.turn.Add(1)) % n
+	for i := range n {
+		if u := pl.accts[(start+i)%n]; u.usable(now) {
+			c = append(c, u)
+		}
+	}
+	if len(c) > 1 && avoid != nil {
+		c = slices.DeleteFunc(c, func(u *upstream) bool { return u == avoid })
+	}
+	if len(c) > 1 {
+		slices.SortStableFunc(c, func(a, b *upstream) int {
+			ea, la := a.health.rank()
+			eb, lb := b.health.rank()
+			if ea != eb {
+				return ea - eb
+			}
+			return la - lb
+		})
+	}
+	return slices.Clone(c)
+}
+
+// try takes a token, without waiting, from the best usable account that
+// has one; with none, it says when the first is due.
+func (pl *pool) try(background bool, avoid *upstream) (*upstream, time.Duration) {
+	due := time.Duration(math.MaxInt64)
+	for _, u := range pl.order(avoid, time.Now()) {
+		ok, d := u.budget.Take(0, background)
+		if ok {
+			return u, 0
+		}
+		due = min(due, d)
+	}
+	if due == math.MaxInt64 {
+		due = time.Second
+	}
+	return nil, due
+}
+
+// lockedUntil reports, when no account is usable and some are locked out
+// by a 429, when the first lock-out ends.
+func (pl *pool) lockedUntil(now time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, u := range pl.accts {
+		until, locked := u.lockedUntil(now)
+		if !locked {
+			if !u.breakerOpen() {
+				return time.Time{}, false
+			}
+			continue
+		}
+		if first.IsZero() || until.Before(first) {
+			first = until
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// breakerOpen reports whether every account's breaker is open.
+func (pl *pool) breakerOpen() bool {
+	for _, u := range pl.accts {
+		if !u.breakerOpen() {
+			return false
+		}
+	}
+	return true
+}
+
+// fetch asks f's question of the best account, retrying on another one
+// (or, alone, on the same after a jittered backoff). It returns the
+// upstream's answer, its body a copy and its envelope checked, or an
+// *Error. Callers with a stale copy and background callers never wait for
+// the budget: the former have a copy to serve, the latter yield to client
+// misses.
+func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
+	r := f.route
+	cfg := pl.cfg()
+	deadline := time.Now().Add(cfg.RetryMaxTime)
+	var avoid *upstream
+	for attempt := 0; ; attempt++ {
+		u, err := pl.take(r, cfg, f, avoid)
+		if err != nil {
+			return upstreamAnswer{}, err
+		}
+		if f.tenant != nil {
+			f.tenant.acct.Called()
+		}
+		var a upstreamAnswer
+		_, err = u.breaker.Execute(func() (struct{}, error) {
+			var err error
+			a, err = u.call(r, f.key, min(cfg.Timeout, time.Until(deadline)))
+			return struct{}{}, err
+		})
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
+			err = errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
+			if attempt < cfg.Retries && pl.another(u) {
+				avoid = u
+				continue
+			}
+			return upstreamAnswer{}, err
+		}
+		if err == nil {
+			return a, nil
+		}
+		if attempt >= cfg.Retries {
+			return upstreamAnswer{}, err
+		}
+		// Another account may answer what this one would not: at once,
+		// with a token of its own.
+		if (retryable(err) || throttledByUpstream(err)) && pl.another(u) {
+			u.log.Debug("upstream retry on another account", "route", r.name, "account", u.name, "attempt", attempt+1, "err", err)
+			avoid = u
+			continue
+		}
+		if !retryable(err) {
+			return upstreamAnswer{}, err
+		}
+		backoff := jitter(cfg.RetryBackoff << attempt)
+		if time.Now().Add(backoff).After(deadline) {
+			return upstreamAnswer{}, err
+		}
+		u.log.Debug("upstream retry", "route", r.name, "account", u.name, "attempt", attempt+1, "backoff", backoff, "err", err)
+		avoid = nil
+		time.Sleep(backoff)
+	}
+}
+
+// another reports whether an account other than u is usable now.
+func (pl *pool) another(u *upstream) bool {
+	now := time.Now()
+	for _, o := range pl.accts {
+		if o != u && o.usable(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// throttledByUpstream: the upstream answered 429 or 50011.
+func throttledByUpstream(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.reason == errThrottled.reason
+}
+
+// take draws one token for an attempt of f from the best usable account,
+// or says why it may not go. Misses that must wait wait in the fair gate,
+// in turn with other clients' misses.
+func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstream) (*upstream, error) {
+	now := time.Now()
+	t := f.tenant
+	if until, ok := pl.lockedUntil(now); ok {
+		pl.m.Throttled.WithLabelValues("upstream").Inc()
+		pl.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		if t != nil {
+			t.acct.Refused(metrics.RefusedUpstream)
+		}
+		return nil, errThrottled.with(nil, ceilSeconds(until.Sub(now)))
+	}
+	if pl.breakerOpen() {
+		pl.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
+		return nil, errBreakerOpen.with(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
+	}
+	wait := cfg.BudgetWait
+	if f.haveStale || f.background {
+		wait = 0
+	}
+	if t == nil {
+		t = unattributed
+	}
+	u, retry := pl.gate.take(t, wait, f.background, avoid)
+	if u == nil {
+		pl.m.Throttled.WithLabelValues("budget").Inc()
+		pl.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		if f.tenant != nil {
+			f.tenant.acct.Refused(metrics.RefusedBudget)
+		}
+		return nil, errBudget.with(nil, ceilSeconds(retry))
+	}
+	return u, nil
+}
+
+// health is an account's recent record: moving averages of failures (0 or
+// 1 per attempt) and of latency.
+type health struct {
+	mu      sync.Mutex
+	errs    float64
+	latency float64 // seconds
+}
+
+// observe adds one attempt.
+func (h *health) observe(took time.Duration, failed bool) {
+	const alpha = 0.2
+	f := 0.0
+	if failed {
+		f = 1
+	}
+	h.mu.Lock()
+	h.errs += alpha * (f - h.errs)
+	h.latency += alpha * (took.Seconds() - h.latency)
+	h.mu.Unlock()
+}
+
+func (h *health) errorRatio() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.errs
+}
+
+// rank orders accounts: failures in steps of 10%, then latency in steps
+// of 10 ms; accounts in the same steps are alike and take turns.
+func (h *health) rank() (errs, latency int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return int(h.errs * 10), int(h.latency * 100)
+}
