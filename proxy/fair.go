@@ -45,13 +45,13 @@ type tenant struct {
 var unattributed = &tenant{name: "unattributed", share: 1}
 
 type waiter struct {
-	t       *tenant
-	start   float64
-	seq     uint64 // arrival order among equal tags
-	index   int    // in the heap; -1 once out of it
-	avoid   *upstream // an account the waiter's last attempt failed on
-	got     *upstream // the account whose token it was given
-	ready   chan struct{}
+	t     *tenant
+	start float64
+	seq   uint64    // arrival order among equal tags
+	index int       // in the heap; -1 once out of it
+	avoid *upstream // an account the waiter's last attempt failed on
+	got   *upstream // the account whose token it was given
+	ready chan struct{}
 }
 
 type waiters struct {

@@ -63,9 +63,9 @@ func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog
 		name:    name,
 		changed: func() {},
 		prefix:  stringsTrimRightSlash(u.Path),
-		host:   u.Host,
-		m:      m,
-		log:    log,
+		host:    u.Host,
+		m:       m,
+		log:     log,
 		hc: &fasthttp.HostClient{
 			Addr:                addr,
 			IsTLS:               tls,

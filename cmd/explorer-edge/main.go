@@ -155,7 +155,9 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		}
 		defer shared.Close()
 		opts.Tier, opts.Budget = shared, shared.Budget()
-		opts.AccountBudget = func(name string, rate float64, burst int) proxy.Budget { return shared.AccountBudget(name, rate, burst) }
+		opts.AccountBudget = func(name string, rate float64, burst int) proxy.Budget {
+			return shared.AccountBudget(name, rate, burst)
+		}
 	}
 	p, err := proxy.New(cfg, opts)
 	if err != nil {
