@@ -36,6 +36,20 @@ type Config struct {
 	Shared          Shared        `koanf:"shared"`
 	CORS            CORS          `koanf:"cors"`
 	Admin           Admin         `koanf:"admin"`
+	Tracing         Tracing       `koanf:"tracing"`
+}
+
+// Tracing sends OpenTelemetry spans (docs/operations.md, Tracing). Off
+// unless otlp_endpoint is set; a reload leaves it as it started.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/HTTP receiver's base URL
+	// (http://collector:4318); spans go to its /v1/traces. "" = off.
+	OTLPEndpoint string `koanf:"otlp_endpoint"`
+	// SampleRatio is the share of requests without a sampled parent that
+	// are traced (0 to 1); a client's sampled traceparent is followed.
+	SampleRatio float64 `koanf:"sample_ratio"`
+	// ServiceName is the service.name of the spans.
+	ServiceName string `koanf:"service_name"`
 }
 
 // Admin guards the admin port's operations beyond /metrics and the probes.
@@ -321,6 +335,7 @@ func Default() Config {
 			Prefix:     "edge:",
 			LocalShare: 0.34,
 		},
+		Tracing: Tracing{SampleRatio: 0.1, ServiceName: "explorer-edge"},
 	}
 }
 
@@ -558,6 +573,14 @@ func (c *Config) Validate() error {
 	}
 	if u.APIKey == "" || u.SecretKey == "" || u.Passphrase == "" {
 		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY, or secret_key_file naming a file, etc.)")
+	}
+	if tr := c.Tracing; tr.OTLPEndpoint != "" {
+		if p, err := url.Parse(tr.OTLPEndpoint); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			bad("tracing.otlp_endpoint: %q must be http(s)://host[:port]", tr.OTLPEndpoint)
+		}
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+		bad("tracing.sample_ratio: must be within 0..1, got %v", c.Tracing.SampleRatio)
 	}
 	if len(u.Accounts) > MaxAccounts {
 		bad("upstream.accounts: at most %d, got %d", MaxAccounts, len(u.Accounts))

@@ -1,5 +1,7 @@
 package proxy
 
+import "context"
+
 // fetchReq is one question on its way to the upstream, made by the handler
 // from what it parsed and carried through the flight to the store: the miss
 // path parses nothing again.
@@ -18,12 +20,15 @@ type fetchReq struct {
 	// tenant pays for the upstream calls and waits its fair turn for the
 	// budget (fair.go).
 	tenant *tenant
+	// trace is the span the fetch's spans are children of; nil when
+	// tracing is off.
+	trace context.Context
 }
 
 // request is q as a question for the upstream.
 func (q *query) request(haveStale, background bool) *fetchReq {
 	f := &fetchReq{route: q.route, key: string(q.key), chain: string(q.chain), height: q.height,
-		haveStale: haveStale, background: background, tenant: q.tenant}
+		haveStale: haveStale, background: background, tenant: q.tenant, trace: q.trace}
 	if q.nHashes > 0 {
 		f.hashes = make([]string, q.nHashes)
 		for i := range f.hashes {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 
 	"github.com/valyala/fasthttp"
 )
@@ -22,6 +23,7 @@ type query struct {
 	page, limit int64  // kindPage and kindLimit values (1 and 0 when absent)
 	scratch     []byte // header values of the response being written
 	tenant      *tenant
+	trace       context.Context // the request's span; nil when tracing is off
 }
 
 func (q *query) hash(i int) []byte { return q.key[q.hashes[i][0]:q.hashes[i][1]] }

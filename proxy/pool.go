@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
@@ -28,6 +29,7 @@ type pool struct {
 	gate  *fairGate
 	m     *metrics.Metrics
 	turn  atomic.Uint32 // rotates the order of accounts alike
+	tr    *tracing      // nil: off
 }
 
 // AccountBudget makes the budget of an account other than the default
@@ -101,9 +103,7 @@ func (pl *pool) changed() {
 	rate, state := 0.0, gobreaker.StateOpen
 	for _, u := range pl.accts {
 		rate += math.Float64frombits(u.rate.Load())
-		if u.breaker != nil {
-			state = min(state, u.breaker.State())
-		}
+		state = min(state, gobreaker.State(u.breakerState.Load()))
 	}
 	pl.m.BudgetRate.Set(rate)
 	pl.m.BreakerState.Set(float64(state))
@@ -231,19 +231,27 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 	deadline := time.Now().Add(cfg.RetryMaxTime)
 	var avoid *upstream
 	for attempt := 0; ; attempt++ {
+		_, bs := pl.tr.span(f.trace, "budget")
 		u, err := pl.take(r, cfg, f, avoid)
+		endSpan(bs, err)
 		if err != nil {
 			return upstreamAnswer{}, err
 		}
+		ac, as := pl.tr.span(f.trace, "upstream", attribute.String("account", u.name),
+			attribute.String("route", r.name), attribute.Int("attempt", attempt+1))
 		if f.tenant != nil {
 			f.tenant.acct.Called()
 		}
 		var a upstreamAnswer
 		_, err = u.breaker.Execute(func() (struct{}, error) {
 			var err error
-			a, err = u.call(r, f.key, min(cfg.Timeout, time.Until(deadline)))
+			a, err = u.call(ac, r, f.key, min(cfg.Timeout, time.Until(deadline)))
 			return struct{}{}, err
 		})
+		if as != nil {
+			as.SetAttributes(attribute.Int("http.response.status_code", a.status))
+			endSpan(as, err)
+		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
 			err = errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)

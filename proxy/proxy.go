@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"explorer-edge/cache"
@@ -68,6 +70,8 @@ type Proxy struct {
 	repeats repeats // sampling of the lines clients can repeat
 
 	ids requestIDs // X-Request-Id of requests that came without one
+
+	tr *tracing // nil: tracing off (trace.go)
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -81,11 +85,13 @@ type Options struct {
 	// AccountBudget makes the budgets of upstream.accounts; nil = local
 	// token buckets of their rates.
 	AccountBudget AccountBudget
+	// Tracer turns tracing on (NewTracerProvider); nil = off.
+	Tracer trace.TracerProvider
 }
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now,
+	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: newTracing(o.Tracer),
 		final: map[string]*atomic.Int64{}, refreshing: map[string]struct{}{}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -110,6 +116,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if p.up, err = newPool(cfg.Upstream, p.metrics, p.log, o.Budget, o.AccountBudget); err != nil {
 		return nil, err
 	}
+	p.up.tr = p.tr
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
 	p.joinFleet()
@@ -241,6 +248,10 @@ func (p *Proxy) judgedAt(start time.Time) time.Time {
 // before under the same settings skips routing and parsing (uriMemo), and is
 // answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
+	if p.tr != nil {
+		p.handleTraced(ctx)
+		return
+	}
 	if c := p.handle(ctx); c != nil && c.policy != nil {
 		rateLimitHeaders(ctx, c)
 	}
@@ -297,6 +308,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	q := p.queries.Get().(*query)
 	defer p.queries.Put(q)
 	q.tenant = s.auth.tenantOf(c)
+	q.trace = p.requestTrace(ctx)
 	if m != nil && p.serveFresh(ctx, q, m, start) {
 		return c
 	}
@@ -316,8 +328,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, start time.Time) bool {
 	now := p.judgedAt(start)
 	e := p.cache.GetString(m.key)
-	if e.StateAt(now.UnixNano()) != cache.Fresh {
+	state := e.StateAt(now.UnixNano())
+	if state != cache.Fresh {
 		return false
+	}
+	if q.trace != nil {
+		p.traceCache(q.trace, []byte(m.key), state, start)
 	}
 	p.writeEntry(ctx, q, e, now, statusHit)
 	p.served(ctx, m.route.id, e, metrics.ResultHit, start)
@@ -328,7 +344,11 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
 	now := p.judgedAt(start)
 	e := p.cache.Get(q.key)
-	switch e.StateAt(now.UnixNano()) {
+	state := e.StateAt(now.UnixNano())
+	if q.trace != nil {
+		p.traceCache(q.trace, q.key, state, start)
+	}
+	switch state {
 	case cache.Fresh:
 		p.writeEntry(ctx, q, e, now, statusHit)
 		p.served(ctx, q.route.id, e, metrics.ResultHit, start)
@@ -451,11 +471,18 @@ type answer struct {
 func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err error) {
 	ch := p.flight.DoChan(f.key, func() (any, error) {
 		leader = true
-		return p.fill(s, f)
+		var fs trace.Span
+		f.trace, fs = p.tr.span(f.trace, "flight", attribute.String("cache.key", f.key))
+		a, err := p.fill(s, f)
+		endSpan(fs, err)
+		return a, err
 	})
 	// DoChan runs the fetch in its own goroutine: a caller that goes away
 	// does not cancel the leader's fetch, which still fills the cache.
 	res := <-ch
+	if !leader {
+		joined(f.trace)
+	}
 	if res.Err != nil {
 		a, _ := res.Val.(*answer) // may carry a stale copy from the shared tier
 		return a, leader, res.Err
@@ -478,7 +505,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// upstream outage has nothing of its own).
 	var shared *cache.Entry
 	if p.tier != nil {
+		_, ts := p.tr.span(f.trace, "shared.get")
 		e := p.tier.Get(key, p.clock())
+		endSpan(ts, nil)
 		switch e.StateAt(p.clock().UnixNano()) {
 		case cache.Fresh:
 			p.cache.Set(e, p.clock())
@@ -495,7 +524,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 			g.haveStale = true
 			f = &g
 		}
+		_, ts = p.tr.span(f.trace, "shared.lock")
 		unlock, e := p.tier.Lock(key, p.clock)
+		endSpan(ts, nil)
 		defer unlock()
 		if e != nil { // another node fetched it while we waited
 			p.cache.Set(e, p.clock())

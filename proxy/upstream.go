@@ -14,6 +14,7 @@ import (
 
 	"github.com/sony/gobreaker/v2"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
@@ -29,6 +30,10 @@ type upstream struct {
 	signer  atomic.Pointer[signer.Signer]
 	health  health
 	changed func() // the pool's: an account's rate or breaker changed
+	// breakerState is the breaker's state as its last change set it, for
+	// changed: the breaker calls OnStateChange holding its own lock, so
+	// its State may not be asked there.
+	breakerState atomic.Int32
 	hc      *fasthttp.HostClient
 	prefix  string // path prefix of base_url
 	host    string
@@ -103,6 +108,7 @@ func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog
 			return err == nil || (errors.As(err, &e) && (e == errBudget || e.reason == "quota"))
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
+			up.breakerState.Store(int32(to))
 			up.changed()
 			log.Warn("upstream breaker", "account", name, "from", from.String(), "to", to.String())
 		},
@@ -156,7 +162,7 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
+func (u *upstream) call(tc context.Context, r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -174,6 +180,9 @@ func (u *upstream) call(r *route, target string, timeout time.Duration) (upstrea
 	req.Header.SetCanonical(hdrSign, sg.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
 	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
 	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
+	if tc != nil { // the attempt's span is the upstream's parent
+		propagation.TraceContext{}.Inject(tc, headerCarrier{&req.Header})
+	}
 
 	start := time.Now()
 	err := u.hc.DoTimeout(req, resp, timeout)

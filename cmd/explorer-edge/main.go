@@ -144,6 +144,19 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
 	m.BuildInfo(buildInfo())
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
+	if cfg.Tracing.OTLPEndpoint != "" {
+		tp, err := proxy.NewTracerProvider(cfg.Tracing)
+		if err != nil {
+			return err
+		}
+		defer func() { // flush the spans still batched
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			tp.Shutdown(ctx)
+		}()
+		opts.Tracer = tp
+		log.Info("tracing on", "otlp_endpoint", config.Redact(cfg.Tracing.OTLPEndpoint), "sample_ratio", cfg.Tracing.SampleRatio)
+	}
 	if cfg.Shared.RedisAddr != "" {
 		// Fleet mode: Redis is the second cache tier, the fleet's one
 		// upstream budget and its fetch locks. Redis being down is not an

@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"explorer-edge/cache"
+	"explorer-edge/config"
+)
+
+// Tracing (OpenTelemetry) is off unless Options.Tracer is set: then every
+// hook below is a nil check, and the hit path allocates nothing. When on,
+// a request is a server span (a client's W3C traceparent is its parent);
+// its children are the cache decision, the flight its miss leads, and in
+// the flight the shared tier's calls and each upstream attempt, whose
+// traceparent goes upstream. No span holds a header or a credential.
+
+// NewTracerProvider is the binary's tracer provider for cfg: spans batched
+// to the OTLP/HTTP receiver at cfg.OTLPEndpoint, a share cfg.SampleRatio
+// of the traces a client did not start sampled. Shut it down to flush.
+func NewTracerProvider(cfg config.Tracing) (*sdktrace.TracerProvider, error) {
+	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(cfg.OTLPEndpoint+"/v1/traces"))
+	if err != nil {
+		return nil, err
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", cfg.ServiceName))
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
+	), nil
+}
+
+type tracing struct {
+	t    trace.Tracer
+	prop propagation.TraceContext
+}
+
+func newTracing(tp trace.TracerProvider) *tracing {
+	if tp == nil {
+		return nil
+	}
+	return &tracing{t: tp.Tracer("explorer-edge")}
+}
+
+// traceKey is the request's user value holding its span's context.
+const traceKey = "explorer-edge.trace"
+
+// headerCarrier reads and writes fasthttp request headers for the
+// propagator.
+type headerCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
+func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// handleTraced is Handle inside a request span.
+func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {
+	parent := p.tr.prop.Extract(context.Background(), headerCarrier{&ctx.Request.Header})
+	tc, span := p.tr.t.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", string(ctx.Method())), attribute.String("url.path", string(ctx.Path()))))
+	ctx.SetUserValue(traceKey, tc)
+	if c := p.handle(ctx); c != nil && c.policy != nil {
+		rateLimitHeaders(ctx, c)
+	}
+	status := ctx.Response.StatusCode()
+	span.SetAttributes(attribute.Int("http.response.status_code", status),
+		attribute.String("cache_status", string(ctx.Response.Header.Peek("Cache-Status"))))
+	if status >= 500 {
+		span.SetStatus(codes.Error, strconv.Itoa(status))
+	}
+	span.End()
+}
+
+// requestTrace is the request's span context, nil when tracing is off.
+func (p *Proxy) requestTrace(ctx *fasthttp.RequestCtx) context.Context {
+	if p.tr == nil {
+		return nil
+	}
+	tc, _ := ctx.UserValue(traceKey).(context.Context)
+	return tc
+}
+
+var cacheStateNames = [...]string{cache.Missing: "miss", cache.Fresh: "fresh", cache.Stale: "stale"}
+
+// traceCache records the cache decision of a request, from start to now.
+func (p *Proxy) traceCache(tc context.Context, key []byte, state cache.State, start time.Time) {
+	if tc == nil {
+		return
+	}
+	_, span := p.tr.t.Start(tc, "cache", trace.WithTimestamp(start),
+		trace.WithAttributes(attribute.String("cache.key", string(key)), attribute.String("cache.state", cacheStateNames[state])))
+	span.End()
+}
+
+// span starts a child of tc called name; with tracing off (t or tc nil)
+// it returns tc and a nil span.
+func (t *tracing) span(tc context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if tc == nil || t == nil {
+		return tc, nil
+	}
+	return t.t.Start(tc, name, trace.WithAttributes(attrs...))
+}
+
+// endSpan ends a span of span, marking err if any.
+func endSpan(s trace.Span, err error) {
+	if s == nil {
+		return
+	}
+	if err != nil {
+		s.SetStatus(codes.Error, err.Error())
+	}
+	s.End()
+}
+
+// joined notes, on a request's span, that its miss joined another's flight.
+func joined(tc context.Context) {
+	if tc != nil {
+		trace.SpanFromContext(tc).AddEvent("joined another request's flight")
+	}
+}
