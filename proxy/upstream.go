@@ -34,14 +34,14 @@ type upstream struct {
 	// changed: the breaker calls OnStateChange holding its own lock, so
 	// its State may not be asked there.
 	breakerState atomic.Int32
-	hc      *fasthttp.HostClient
-	prefix  string // path prefix of base_url
-	host    string
-	cfg     atomic.Pointer[config.Upstream]
-	budget  Budget
-	breaker *gobreaker.CircuitBreaker[struct{}]
-	m       *metrics.Metrics
-	log     *slog.Logger
+	hc           *fasthttp.HostClient
+	prefix       string // path prefix of base_url
+	host         string
+	cfg          atomic.Pointer[config.Upstream]
+	budget       Budget
+	breaker      *gobreaker.CircuitBreaker[struct{}]
+	m            *metrics.Metrics
+	log          *slog.Logger
 	// lock honours the upstream's Retry-After: no call leaves before
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
