@@ -249,7 +249,12 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 			return struct{}{}, err
 		})
 		if as != nil {
-			as.SetAttributes(attribute.Int("http.response.status_code", a.status))
+			outcome := "ok"
+			var e *Error
+			if errors.As(err, &e) {
+				outcome = e.reason
+			}
+			as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
 			endSpan(as, err)
 		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"explorer-edge/config"
+	"explorer-edge/fleet"
 )
 
 // tracedEdge is a second edge in front of h's explorer-sim, tracing to an
@@ -245,5 +246,38 @@ func BenchmarkHitTraced(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestTracingFleetTierCalls: in fleet mode a miss's flight holds the
+// shared tier's calls (a get, the fetch lock) as spans.
+func TestTracingFleetTierCalls(t *testing.T) {
+	rdb := startRedis(t)
+	h, _ := newFleet(t, rdb, 1)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	e := &fleetEdge{harness: &harness{t: t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}}
+	e.harness.startWith(func(o *Options) func() {
+		o.Metrics.RegisterShared()
+		var err error
+		if e.shared, err = fleet.New(fleetConfigOf(e.cfg), o.Metrics, nil); err != nil {
+			t.Fatal(err)
+		}
+		o.Tier, o.Budget, o.Tracer = e.shared, e.shared.Budget(), tp
+		return func() { e.shared.Close() }
+	})
+	if r := e.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=9"); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	by := spansByName(exp.GetSpans())
+	flight := by["flight"]
+	if len(flight) != 1 || len(by["shared.get"]) != 1 || len(by["shared.lock"]) != 1 {
+		t.Fatalf("spans %v, want a flight with shared.get and shared.lock", by)
+	}
+	for _, name := range []string{"shared.get", "shared.lock", "upstream"} {
+		if by[name][0].Parent.SpanID() != flight[0].SpanContext.SpanID() {
+			t.Errorf("%s is not a child of the flight", name)
+		}
 	}
 }
