@@ -114,7 +114,7 @@ func TestTracingSpanTree(t *testing.T) {
 	}
 	for _, s := range exp.GetSpans() {
 		for _, kv := range s.Attributes {
-			if bytes.Contains([]byte(kv.Value.Emit()), []byte("sim-demo")) || bytes.Contains([]byte(kv.Value.Emit()), []byte("5D1A9C7E")) {
+			if bytes.Contains([]byte(kv.Value.String()), []byte("sim-demo")) || bytes.Contains([]byte(kv.Value.String()), []byte("5D1A9C7E")) {
 				t.Errorf("span %q attribute %s holds a credential", s.Name, kv.Key)
 			}
 		}
