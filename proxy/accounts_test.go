@@ -236,3 +236,32 @@ func TestFleetAccountBudgetsHold(t *testing.T) {
 		t.Error("the mirror account was never used")
 	}
 }
+
+// TestAccountsReload: a reload may change an account's rate and
+// credentials; adding, renaming or moving an account needs a restart and
+// the reload is refused whole.
+func TestAccountsReload(t *testing.T) {
+	m := startSecondSim(t)
+	h := newHarness(t, withMirror(m, 10, 5))
+	cfg := h.cfg
+	cfg.Upstream.Accounts = append([]config.Account(nil), h.cfg.Upstream.Accounts...)
+	cfg.Upstream.Accounts[0].Rate = 40
+	if err := h.p.Reload(cfg); err != nil {
+		t.Fatalf("a new rate for an account refused: %v", err)
+	}
+	if v := gathered(t, h).value(t, "explorer_edge_upstream_account_budget_rate", "account", "mirror"); v != 40 {
+		t.Errorf("mirror's budget rate %v after the reload, want 40", v)
+	}
+	renamed := cfg
+	renamed.Upstream.Accounts = []config.Account{cfg.Upstream.Accounts[0]}
+	renamed.Upstream.Accounts[0].Name = "other"
+	if err := h.p.Reload(renamed); err == nil || !strings.Contains(err.Error(), "restart") {
+		t.Errorf("a renamed account reloaded: %v", err)
+	}
+	added := cfg
+	added.Upstream.Accounts = append(append([]config.Account(nil), cfg.Upstream.Accounts...), config.Account{Name: "third",
+		BaseURL: m.url, APIKey: "k", SecretKey: "s", Passphrase: "p", Rate: 1, Burst: 1})
+	if err := h.p.Reload(added); err == nil {
+		t.Error("an added account reloaded")
+	}
+}

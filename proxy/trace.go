@@ -67,8 +67,14 @@ func (c headerCarrier) Keys() []string        { return []string{"traceparent", "
 // handleTraced is Handle inside a request span.
 func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {
 	parent := p.tr.prop.Extract(context.Background(), headerCarrier{&ctx.Request.Header})
-	tc, span := p.tr.t.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", string(ctx.Method())), attribute.String("url.path", string(ctx.Path()))))
+	tc, span := p.tr.t.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer))
+	if !span.IsRecording() { // not sampled: no span below it either
+		if c := p.handle(ctx); c != nil && c.policy != nil {
+			rateLimitHeaders(ctx, c)
+		}
+		return
+	}
+	span.SetAttributes(attribute.String("http.request.method", string(ctx.Method())), attribute.String("url.path", string(ctx.Path())))
 	ctx.SetUserValue(traceKey, tc)
 	if c := p.handle(ctx); c != nil && c.policy != nil {
 		rateLimitHeaders(ctx, c)
