@@ -8,7 +8,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE ?= explorer-edge:$(VERSION)
 
-.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-replay fuzz fuzz-ci soak clean
+.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -55,6 +55,17 @@ bench-compare: build
 
 bench-replay:
 	$(GO) run ./bench/replay
+
+# A key space larger than the cache: Zipf over 100,000 settled pages, a
+# 4 MiB cache; upstream calls per 1000 requests and hit ratio, 3 runs (~1 min).
+bench-replay-zipf:
+	$(GO) run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3 -max-time 30s
+
+# The browser workload of bench/compare (Accept-Encoding: gzip, deflate,
+# br, zstd) beside the identity single key, edge-p1 against nginx with gzip
+# on, 3 rounds (~1 min); a Markdown table at the end.
+bench-browser: build
+	ROUNDS=3 DURATION=5 WARM=1 EDGE_PROCS=1 NGINX_W1=0 BARE=0 WORKLOADS="single browser" bench/compare
 
 # Every fuzz target for FUZZTIME each (the hardening runs used 10m).
 # Seed corpora live in testdata/fuzz/<target>/ beside each package.

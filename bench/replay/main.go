@@ -5,6 +5,13 @@
 // step per request, and counts the calls the sim received.
 //
 //	go run ./bench/replay -n 100000
+//
+// With -zipf it measures instead a key space larger than the cache: Zipf
+// over -keys settled transaction-list pages against a cache of -cache-mib,
+// upstream calls per 1000 requests and the hit ratio, -runs times, as a
+// Markdown table (make bench-replay-zipf).
+//
+//	go run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3
 package main
 
 import (
@@ -30,7 +37,20 @@ func main() {
 	n := flag.Int("n", 50_000, "client requests per policy")
 	step := flag.Duration("step", 10*time.Millisecond, "chain time between requests (10ms = 100 requests/s)")
 	seed := flag.Uint64("seed", 1, "random seed of the request sequence")
+	zipf := flag.Bool("zipf", false, "measure a key space larger than the cache instead of the two TTL policies")
+	keys := flag.Int("keys", 100_000, "-zipf: distinct settled transaction-list pages")
+	cacheMiB := flag.Float64("cache-mib", 4, "-zipf: cache.max_bytes in MiB (at least 1)")
+	gzipShare := flag.Float64("gzip", 1, "-zipf: share of requests with Accept-Encoding: gzip (0..1)")
+	runs := flag.Int("runs", 3, "-zipf: runs (seeds seed, seed+1, ...); the table ends with the medians")
+	maxTime := flag.Duration("max-time", 20*time.Second, "-zipf: bound on each run's time (fewer requests if reached)")
 	flag.Parse()
+
+	if *zipf {
+		if err := printZipf(*n, *keys, int64(*cacheMiB*(1<<20)), *gzipShare, *seed, *runs, *maxTime); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	policies := []string{"finality", "route"}
 	results := map[string]result{}
