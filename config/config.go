@@ -146,6 +146,11 @@ type Account struct {
 	Passphrase string  `koanf:"passphrase"` // never logged
 	Rate       float64 `koanf:"rate"`       // this account's quota, whole fleet
 	Burst      int     `koanf:"burst"`
+
+	// Files holding the credentials instead, as upstream.*_file.
+	APIKeyFile     string `koanf:"api_key_file"`
+	SecretKeyFile  string `koanf:"secret_key_file"`
+	PassphraseFile string `koanf:"passphrase_file"`
 }
 
 // Client is one frontend allowed in when auth.mode is "signed".

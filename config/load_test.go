@@ -172,6 +172,11 @@ func TestSecretsFromFiles(t *testing.T) {
 		"  api_key_file: " + secret("up-key", "file-up-key\n") + "\n" +
 		"  secret_key_file: " + secret("up-secret", "file-up-secret\r\n") + "\n" +
 		"  passphrase_file: " + secret("up-pass", "file-up-pass") + "\n" +
+		"  accounts:\n" +
+		"    - name: mirror\n      base_url: http://127.0.0.1:9\n      rate: 5\n      burst: 5\n" +
+		"      api_key_file: " + secret("mirror-key", "file-mirror-key\n") + "\n" +
+		"      secret_key_file: " + secret("mirror-secret", "file-mirror-secret\n") + "\n" +
+		"      passphrase_file: " + secret("mirror-pass", "file-mirror-pass\n") + "\n" +
 		"auth:\n  mode: signed\n  clients:\n" +
 		"    - name: web\n" +
 		"      api_key_file: " + secret("web-key", "file-web-key\n") + "\n" +
@@ -190,6 +195,9 @@ func TestSecretsFromFiles(t *testing.T) {
 	want := []string{"file-up-key", "file-up-secret", "file-up-pass", "file-web-key", "file-web-secret", "file-web-pass", "file-redis-user", "file-redis-pass"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("secrets %q, want %q", got, want)
+	}
+	if a := cfg.Upstream.Accounts[0]; a.APIKey != "file-mirror-key" || a.SecretKey != "file-mirror-secret" || a.Passphrase != "file-mirror-pass" {
+		t.Fatalf("an account's secrets from files: %q %q %q", a.APIKey, a.SecretKey, a.Passphrase)
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -226,6 +234,34 @@ func TestSecretsFromFiles(t *testing.T) {
 		_, err := Load(writeConfig(t, c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "inline-secret") {
 			t.Errorf("%s: %v, want %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+// TestAccountsValidated: every problem of upstream.accounts is named.
+func TestAccountsValidated(t *testing.T) {
+	cfg := Default()
+	cfg.Upstream.APIKey, cfg.Upstream.SecretKey, cfg.Upstream.Passphrase = "k", "s", "p"
+	cfg.Upstream.Accounts = []Account{
+		{Name: "default", BaseURL: "http://a:1", APIKey: "k", SecretKey: "s", Passphrase: "p", Rate: 1, Burst: 1},
+		{Name: "m", BaseURL: "ftp://a", APIKey: "k", SecretKey: "s", Passphrase: "p", Rate: 1, Burst: 1},
+		{Name: "m", BaseURL: "http://b:1", Rate: 0, Burst: 0},
+		{BaseURL: "http://c:1", APIKey: "k", SecretKey: "s", Passphrase: "p", Rate: 1, Burst: 1},
+	}
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("bad accounts accepted")
+	}
+	for _, want := range []string{
+		`upstream.accounts[0].name: "default" used twice`,
+		`upstream.accounts[1].base_url: "ftp://a"`,
+		`upstream.accounts[2].name: "m" used twice`,
+		`upstream.accounts[2] (m): api_key, secret_key and passphrase are all required`,
+		`upstream.accounts[2] (m): rate must be > 0 and burst >= 1`,
+		`upstream.accounts[3].name: required`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no %q in:\n%v", want, err)
 		}
 	}
 }

@@ -26,6 +26,14 @@ func (c *Config) secretFields() []secretField {
 		{"shared.redis_username", &sh.RedisUsername, &sh.RedisUsernameFile},
 		{"shared.redis_password", &sh.RedisPassword, &sh.RedisPasswordFile},
 	}
+	for i := range c.Upstream.Accounts {
+		a := &c.Upstream.Accounts[i]
+		key := fmt.Sprintf("upstream.accounts[%d].", i)
+		out = append(out,
+			secretField{key + "api_key", &a.APIKey, &a.APIKeyFile},
+			secretField{key + "secret_key", &a.SecretKey, &a.SecretKeyFile},
+			secretField{key + "passphrase", &a.Passphrase, &a.PassphraseFile})
+	}
 	for i := range c.Auth.Clients {
 		cl := &c.Auth.Clients[i]
 		key := fmt.Sprintf("auth.clients[%d].", i)
