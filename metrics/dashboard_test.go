@@ -141,6 +141,24 @@ func TestDashboardSeparatesFreshFromStale(t *testing.T) {
 				{"Fresh hit ratio by client", "{{client}}"}:    {`{client="quiet"}`: 0.75},
 			},
 		},
+		{
+			// Two accounts: default answers, the mirror fails by timeout
+			// and its breaker is open; refusals before sending are no calls.
+			name: "where misses go by account",
+			series: map[string]string{
+				`explorer_edge_upstream_account_requests_total{job="explorer-edge",instance="a:8081",account="default",outcome="ok"}`:              "0+30x40",
+				`explorer_edge_upstream_account_requests_total{job="explorer-edge",instance="a:8081",account="mirror",outcome="timeout"}`:          "0+15x40",
+				`explorer_edge_upstream_account_requests_total{job="explorer-edge",instance="a:8081",account="mirror",outcome="budget_exhausted"}`: "0+15x40",
+				`explorer_edge_upstream_account_breaker_state{job="explorer-edge",instance="a:8081",account="mirror"}`:                             "2x40",
+				`explorer_edge_upstream_account_throttled_seconds{job="explorer-edge",instance="a:8081",account="mirror"}`:                         "0x40",
+				`explorer_edge_upstream_account_error_ratio{job="explorer-edge",instance="a:8081",account="mirror"}`:                               "1x40",
+			},
+			samples: map[[2]string]map[string]float64{
+				{"Upstream calls by account", "{{account}} {{outcome}}"}: {`{account="default",outcome="ok"}`: 2, `{account="mirror",outcome="timeout"}`: 1},
+				{"Account health", "{{account}} breaker"}:                {`{account="mirror"}`: 2},
+				{"Account health", "{{account}} failure ratio"}:          {`{account="mirror"}`: 1},
+			},
+		},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

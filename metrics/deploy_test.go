@@ -43,8 +43,9 @@ func exportedFamilies(t *testing.T) exported {
 	t.Helper()
 	m := metrics.New(proxy.RouteNames(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
 	m.RegisterShared()
-	m.BudgetTokens(func() float64 { return 0 }) // registered by the proxy's upstream
-	m.Client("anonymous")                       // made by the proxy's admission, for each client
+	m.BudgetTokens(func() float64 { return 0 })                                                       // registered by the proxy's upstream
+	m.Client("anonymous")                                                                             // made by the proxy's admission, for each client
+	m.Accounts([]string{"default"}, func(int) metrics.AccountState { return metrics.AccountState{} }) // by the proxy's pool
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
