@@ -5,7 +5,6 @@ package cache
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/hex"
 	"fmt"
 	"sync"
@@ -19,11 +18,18 @@ import (
 
 // Entry is one stored answer: the exact bytes to send and what the response
 // headers need. Entries are immutable once stored; readers share them.
+//
+// An answer is held once: gzip-compressed (Gzip) when that is smaller,
+// which it is for every answer of a few hundred bytes or more, else as is
+// (Body). A client that takes gzip is sent Gzip; one that does not gets
+// the identity body from Body, from a hot copy (identity.go) or inflated
+// into its response (Inflate).
 type Entry struct {
 	Key    string // normalized key; checked on every read against hash collisions
-	Body   []byte // identity body, sent as is
-	Gzip   []byte // gzip of Body, nil when compression does not pay
-	ETag   []byte // strong validator, quoted: "5f0c..."
+	Body   []byte // identity body, sent as is; nil when Gzip holds the answer
+	Gzip   []byte // the answer gzip-compressed; nil when it is held as Body
+	Size   int    // length of the identity body
+	ETag   []byte // strong validator of the identity body, quoted: "5f0c..."
 	Class  Class
 	Stored int64 // unix nanoseconds the upstream answered
 	Fresh  int64 // unix nanoseconds until which the entry is fresh
@@ -47,35 +53,47 @@ type Entry struct {
 	// etag holds ETag's bytes inside the struct: a hit reads them with the
 	// struct, not from one more place in memory.
 	etag [18]byte
+
+	// The hot identity copy, if the entry has one (identity.go).
+	ident     atomic.Pointer[identCopy]
+	identAsks atomic.Uint32 // identity asks served without a copy
 }
 
-// gzipMin is the body size below which gzip is not worth a second copy.
+// gzipMin is the body size below which an answer is held as is: the gzip
+// header and trailer (18 bytes) and the inflate are not worth it.
 const gzipMin = 512
 
 // entryOverhead approximates the memory of an Entry beside its byte slices:
 // the struct, the Ristretto item and its map slot.
 const entryOverhead = 256
 
-// NewItem builds an entry from a body it copies (fasthttp reuses its
-// buffers), without a gzip copy: for bodies never sent alone, such as the
-// records of one hash that batch answers are assembled from.
+// NewItem builds an entry holding a copy of body as is (the caller may
+// reuse body): for answers read often as JSON rather than sent, such as the
+// records of one hash that batch answers are assembled from, and cached
+// refusals.
 func NewItem(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
+	e := newEntry(key, body, class, stored, ttl, swr, sie)
+	e.Body = bytes.Clone(body)
+	return e
+}
+
+func newEntry(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
 	e := &Entry{
 		Key:                  key,
-		Body:                 bytes.Clone(body),
+		Size:                 len(body),
 		Class:                class,
 		Stored:               stored.UnixNano(),
 		Fresh:                stored.Add(ttl).UnixNano(),
 		StaleWhileRevalidate: int64(swr),
 		StaleIfError:         int64(sie),
 	}
-	e.ComputeETag()
+	e.ComputeETag(body)
 	return e
 }
 
-// ComputeETag sets ETag from the body: a strong validator, quoted.
-func (e *Entry) ComputeETag() {
-	sum := xxhash.Sum64(e.Body)
+// ComputeETag sets ETag from the identity body: a strong validator, quoted.
+func (e *Entry) ComputeETag(body []byte) {
+	sum := xxhash.Sum64(body)
 	var raw [8]byte
 	for i := range raw {
 		raw[i] = byte(sum >> (56 - 8*i))
@@ -85,32 +103,24 @@ func (e *Entry) ComputeETag() {
 	e.ETag = append(e.ETag, '"')
 }
 
-// NewEntry is NewItem plus the gzip copy, compressed once here instead of
-// per request.
+// NewEntry builds an entry for an answer that is sent: compressed once,
+// here, and held only compressed when that is smaller (gzip.go); else as
+// NewItem holds it. body is not kept.
 func NewEntry(key string, body []byte, class Class, stored time.Time, ttl time.Duration, swr, sie time.Duration) *Entry {
-	e := NewItem(key, body, class, stored, ttl, swr, sie)
-	if len(e.Body) >= gzipMin {
-		var b bytes.Buffer
-		b.Grow(len(e.Body) / 3)
-		zw := gzipWriters.Get().(*gzip.Writer)
-		zw.Reset(&b)
-		zw.Write(e.Body)
-		zw.Close()
-		gzipWriters.Put(zw)
-		if b.Len() < len(e.Body) {
-			e.Gzip = bytes.Clone(b.Bytes()) // exact size: the buffer grew with slack
-		}
+	if len(body) < gzipMin {
+		return NewItem(key, body, class, stored, ttl, swr, sie)
 	}
+	z := compress(body)
+	if z == nil {
+		return NewItem(key, body, class, stored, ttl, swr, sie)
+	}
+	e := newEntry(key, body, class, stored, ttl, swr, sie)
+	e.Gzip = z
 	return e
 }
 
-// gzipWriters are reused: a new flate compressor allocates about 1 MB.
-var gzipWriters = sync.Pool{New: func() any {
-	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
-	return zw
-}}
-
-// Cost is the memory the entry holds, in bytes.
+// Cost is the memory the entry holds, in bytes (its hot identity copy, if
+// any, is counted by the copies' set).
 func (e *Entry) Cost() int64 {
 	return int64(len(e.Key)+cap(e.Body)+cap(e.Gzip)+cap(e.ETag)) + entryOverhead + e.Tags.cost()
 }
@@ -173,6 +183,10 @@ func (e *Entry) Age(now int64) int64 {
 // Config sizes the cache.
 type Config struct {
 	MaxBytes int64 // bound on the bytes held by entries; must be > 0
+	// IdentityBytes is the share of MaxBytes hot identity copies may hold
+	// (identity.go): 0 is MaxBytes/32, below 0 none (every identity answer
+	// is inflated).
+	IdentityBytes int64
 }
 
 // Cache is a bounded in-memory cache of entries, safe for concurrent use.
@@ -187,6 +201,8 @@ type Cache struct {
 	bytes     atomic.Int64
 	entries   atomic.Int64
 	evictions atomic.Int64
+	maxBytes  int64
+	identity  identitySet // hot identity copies (identity.go); guarded by mu
 }
 
 // MemoryLimit is the soft Go heap limit (debug.SetMemoryLimit) that keeps
@@ -201,12 +217,18 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.MaxBytes <= 0 {
 		return nil, fmt.Errorf("cache: max_bytes must be > 0, got %d", cfg.MaxBytes)
 	}
-	c := &Cache{}
+	c := &Cache{maxBytes: cfg.MaxBytes}
+	switch {
+	case cfg.IdentityBytes == 0:
+		c.identity.budget = cfg.MaxBytes / identityShare
+	case cfg.IdentityBytes > 0:
+		c.identity.budget = min(cfg.IdentityBytes, cfg.MaxBytes/2)
+	}
 	// Counters: about ten per expected entry, expecting 2 KB entries on average.
 	counters := max(cfg.MaxBytes/2048*10, 10_000)
 	r, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
 		NumCounters:        counters,
-		MaxCost:            cfg.MaxBytes,
+		MaxCost:            cfg.MaxBytes - c.identity.budget,
 		BufferItems:        64,
 		IgnoreInternalCost: true, // Entry.Cost already counts the overhead
 		OnEvict:            func(*ristretto.Item[*Entry]) { c.evictions.Add(1) },
@@ -281,13 +303,14 @@ func (c *Cache) release(e *Entry) {
 		c.bytes.Add(-e.Cost())
 		c.entries.Add(-1)
 		c.unindex(e)
+		c.dropIdentity(e)
 	}
 }
 
 // Del removes key.
 func (c *Cache) Del(key string) { c.r.Del(key) }
 
-// Bytes is the cost held by entries now.
+// Bytes is the cost held by entries and their hot identity copies now.
 func (c *Cache) Bytes() int64 { return c.bytes.Load() }
 
 // Entries is the number of entries held now.
@@ -297,7 +320,7 @@ func (c *Cache) Entries() int64 { return c.entries.Load() }
 func (c *Cache) Evictions() int64 { return c.evictions.Load() }
 
 // MaxBytes is the configured bound.
-func (c *Cache) MaxBytes() int64 { return c.r.MaxCost() }
+func (c *Cache) MaxBytes() int64 { return c.maxBytes }
 
 // Close releases the cache's goroutines.
 func (c *Cache) Close() { c.r.Close() }

@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"testing"
@@ -45,28 +46,49 @@ func TestEntryStates(t *testing.T) {
 	}
 }
 
-func TestEntryGzipAndETag(t *testing.T) {
+// TestEntryHeldOnceCompressed: an answer is held once, as its gzip, which
+// inflates to the answer; a small one is held as is; the ETag is the
+// identity body's.
+func TestEntryHeldOnceCompressed(t *testing.T) {
 	body := bytes.Repeat([]byte(`{"hash":"0xabc","height":"12"},`), 100)
+	want := bytes.Clone(body)
 	e := NewEntry("k", body, Final, time.Now(), time.Hour, 0, 0)
+	if e.Body != nil || len(e.Gzip) == 0 || len(e.Gzip) >= len(body) || e.Size != len(body) {
+		t.Fatalf("held: body %d bytes, gzip %d bytes, size %d; want only a gzip smaller than %d", len(e.Body), len(e.Gzip), e.Size, len(body))
+	}
 	zr, err := gzip.NewReader(bytes.NewReader(e.Gzip))
 	if err != nil {
 		t.Fatal(err)
 	}
 	plain, _ := io.ReadAll(zr)
-	if !bytes.Equal(plain, body) || len(e.Gzip) >= len(body) {
-		t.Fatal("gzip copy does not inflate to the body or is not smaller")
+	if !bytes.Equal(plain, body) {
+		t.Fatal("the gzip does not inflate to the body")
+	}
+	body[0] = 'X' // the entry does not alias the caller's buffer
+	got, err := e.Inflate(make([]byte, 3))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Inflate: %v, equal %v", err, bytes.Equal(got, want))
 	}
 	small := NewEntry("k", []byte(`{}`), Final, time.Now(), time.Hour, 0, 0)
-	if small.Gzip != nil {
+	if small.Gzip != nil || string(small.Body) != `{}` {
 		t.Error("tiny body compressed")
 	}
-	other := NewEntry("k", append(bytes.Clone(body), ' '), Final, time.Now(), time.Hour, 0, 0)
+	if got, _ := small.Inflate(nil); string(got) != `{}` {
+		t.Errorf("Inflate of an identity entry: %q", got)
+	}
+	other := NewEntry("k", append(bytes.Clone(want), ' '), Final, time.Now(), time.Hour, 0, 0)
 	if bytes.Equal(e.ETag, other.ETag) || e.ETag[0] != '"' || e.ETag[len(e.ETag)-1] != '"' {
 		t.Errorf("etags %s %s", e.ETag, other.ETag)
 	}
-	body[0] = 'X' // the entry holds its own copy
-	if e.Body[0] != '{' {
-		t.Error("entry aliases the caller's buffer")
+	id := NewItem("k", want, Final, time.Now(), time.Hour, 0, 0)
+	if !bytes.Equal(id.ETag, e.ETag) {
+		t.Errorf("the same body held as is has ETag %s, compressed %s", id.ETag, e.ETag)
+	}
+	corrupt := NewEntry("k", want, Final, time.Now(), time.Hour, 0, 0)
+	corrupt.Gzip = bytes.Clone(corrupt.Gzip)
+	corrupt.Gzip[len(corrupt.Gzip)-6] ^= 0xff // the CRC
+	if _, err := corrupt.Inflate(nil); err == nil {
+		t.Error("a gzip with a wrong CRC inflated")
 	}
 }
 
@@ -88,8 +110,10 @@ func TestCacheSetGetAndBound(t *testing.T) {
 	if c.Entries() != 1 || c.Bytes() != e.Cost() {
 		t.Fatalf("entries %d bytes %d, want 1 and %d", c.Entries(), c.Bytes(), e.Cost())
 	}
-	// Fill far beyond the bound: bytes held stay under it.
-	body := bytes.Repeat([]byte("x"), 4000)
+	// Fill far beyond the bound: bytes held stay under it. (Random bytes
+	// do not compress: each entry holds its 4000 bytes.)
+	body := make([]byte, 4000)
+	rand.Read(body)
 	for i := 0; i < 2000; i++ {
 		c.Set(NewEntry(fmt.Sprintf("k%d", i), body, Final, now, time.Hour, 0, 0), now)
 	}

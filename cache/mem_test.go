@@ -101,9 +101,9 @@ func BenchmarkMemory(b *testing.B) {
 			if viaNewEntry {
 				e = cache.NewEntry(key, a.body, cache.Final, now, 24*time.Hour, 30*time.Second, 10*time.Minute)
 			} else {
-				cp := *shapes[j]
-				cp.Key, cp.Body, cp.Gzip, cp.ETag = key, clone(cp.Body), clone(cp.Gzip), clone(cp.ETag)
-				e = &cp
+				sh := shapes[j]
+				e = &cache.Entry{Key: key, Body: clone(sh.Body), Gzip: clone(sh.Gzip), Size: sh.Size, ETag: clone(sh.ETag),
+					Class: sh.Class, Stored: sh.Stored, Fresh: sh.Fresh, StaleWhileRevalidate: sh.StaleWhileRevalidate, StaleIfError: sh.StaleIfError}
 			}
 			c.GetString(key) // asked first and missed, as on the edge: admission counts it
 			c.Set(e, now)

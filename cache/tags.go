@@ -54,10 +54,11 @@ func (t *Tags) HasHash(h uint64) bool {
 // list's pointer (and its slack: the list doubles) and the digests.
 func (t *Tags) cost() int64 { return 48 + 4 + 16 + 8*int64(cap(t.Hashes)) }
 
-// Tagger computes an entry's tags from its key and body. It runs on the
-// miss path, once per entry stored, with no lock held: it may purge
-// (what it reads can show others stale: a reorganization).
-type Tagger func(e *Entry) Tags
+// Tagger computes an entry's tags from its key and identity body (which it
+// must not keep). It runs on the miss path, once per entry stored, with no
+// lock held: it may purge (what it reads can show others stale: a
+// reorganization).
+type Tagger func(e *Entry, body []byte) Tags
 
 // SetTagger installs the function that tags entries as they are stored.
 // Entries stored before it, or with a nil tagger, are untagged: a purge
@@ -105,18 +106,40 @@ func (c *Cache) admit(e *Entry) *Entry {
 // staleCopy is a copy of e that is fresh until at, no longer; its stale
 // windows count from there. The bytes are shared: entries never change.
 func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
+	cp := &Entry{
+		Key: e.Key, Body: e.Body, Gzip: e.Gzip, Size: e.Size, ETag: e.ETag,
+		Class: e.Class, Stored: e.Stored, Fresh: min(e.Fresh, at),
+		StaleWhileRevalidate: e.StaleWhileRevalidate, StaleIfError: e.StaleIfError,
+		Status: e.Status, slot: -1,
+	}
 	c.mu.Lock()
-	cp := *e
+	cp.Tags, cp.tagged = e.Tags, e.tagged
 	c.mu.Unlock()
-	cp.held, cp.slot = false, -1
-	cp.Fresh = min(cp.Fresh, at)
-	return &cp
+	return cp
 }
 
 // tag sets e's tags once, before e is stored. The entry may already be
 // shared (a flight hands it to every waiter), so the tags are written
 // under mu and never again.
 func (c *Cache) tag(e *Entry) {
+	if c.tagger.Load() == nil {
+		return
+	}
+	c.mu.Lock()
+	done := e.tagged
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	e.WithIdentity(func(body []byte) error {
+		c.TagFrom(e, body)
+		return nil
+	})
+}
+
+// TagFrom tags e as Set would, from its identity body at hand (the miss
+// path has it), so Set need not inflate it again.
+func (c *Cache) TagFrom(e *Entry, body []byte) {
 	f := c.tagger.Load()
 	if f == nil {
 		return
@@ -127,7 +150,7 @@ func (c *Cache) tag(e *Entry) {
 	if done {
 		return
 	}
-	t := (*f)(e) // reads only Key and Body, which never change
+	t := (*f)(e, body) // reads only Key and the body, which never change
 	c.mu.Lock()
 	if !e.tagged {
 		e.Tags, e.tagged = t, true

@@ -8,7 +8,7 @@ import (
 )
 
 // heightTagger tags "h<N>" keys with height N on route 1.
-func heightTagger(e *Entry) Tags {
+func heightTagger(e *Entry, _ []byte) Tags {
 	var h int64
 	fmt.Sscanf(e.Key, "h%d", &h)
 	return Tags{Route: 1, Chain: 1, Lo: h, Hi: h + 1, Hashes: []uint64{uint64(h)}}

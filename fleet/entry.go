@@ -1,14 +1,9 @@
 package fleet
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
-
-	"github.com/klauspost/compress/gzip"
 
 	"explorer-edge/cache"
 )
@@ -26,10 +21,12 @@ import (
 //	etag     uvarint length, bytes
 //	payload  the rest: the gzip bytes when the entry has them, else the body
 //
-// Only one copy of the body travels: the gzip one when there is one (it is
-// what most clients are sent), and the identity body is inflated from it on
-// read. A format change takes a new version byte; nodes of the old version
-// then miss on the new entries (and overwrite them) instead of misreading.
+// The payload is the one copy the entry holds (cache.Entry: its gzip when
+// that is smaller, else the body), and the entry read back holds the same
+// bytes: nothing is inflated or compressed again here. (The proxy inflates
+// it once, into a reused buffer, to check it: checkedTier.) A format change
+// takes a new version byte; nodes of the old version then miss on the new
+// entries (and overwrite them) instead of misreading.
 const formatVersion = 1
 
 const (
@@ -93,14 +90,14 @@ func decode(b []byte, maxBody int) (*cache.Entry, error) {
 		if len(rest) > maxBody {
 			return nil, fmt.Errorf("body of %d bytes, more than %d", len(rest), maxBody)
 		}
-		e.Body = rest
+		e.Body, e.Size = rest, len(rest)
 		return e, nil
 	}
-	body, err := gunzip(rest, maxBody)
+	size, err := gzipSize(rest, maxBody)
 	if err != nil {
 		return nil, fmt.Errorf("entry gzip: %w", err)
 	}
-	e.Body, e.Gzip = body, rest
+	e.Gzip, e.Size = rest, size
 	return e, nil
 }
 
@@ -114,50 +111,26 @@ func field(b []byte) (f, rest []byte, ok bool) {
 	return b[w:end:end], b[end:], true
 }
 
-// gzipReaders holds klauspost/compress readers: they inflate about half
-// again as fast as compress/gzip (BenchmarkDecode), and fasthttp brings the
-// module in already.
-var gzipReaders sync.Pool // *gzip.Reader
-
 // gzipMaxRatio is the most deflate can expand: about 1032:1. A value whose
-// trailer claims more than that of its own size lies; its buffer is never
-// sized from the claim.
+// trailer claims more than that of its own size lies.
 const gzipMaxRatio = 1032
 
-// gunzip inflates z, at most maxBody bytes. The buffer is sized from the
-// gzip trailer (RFC 1952 ISIZE), so a body is one allocation, but never
-// beyond what z could inflate to or maxBody: a 60-byte value claiming
-// 64 MiB allocates nothing of the sort.
-func gunzip(z []byte, maxBody int) ([]byte, error) {
-	if len(z) < 4 {
-		return nil, io.ErrUnexpectedEOF
+// gzipSize is the size the gzip z declares it inflates to (its trailer,
+// RFC 1952 ISIZE), checked against maxBody and against what deflate can
+// make of z: whoever can write to Redis can write any trailer, and the
+// buffer z is later inflated into is sized from it (a 60-byte value
+// claiming 64 MiB must not allocate 64 MiB). Inflating checks that z does
+// inflate to exactly that.
+func gzipSize(z []byte, maxBody int) (int, error) {
+	if len(z) < 18 || z[0] != 0x1f || z[1] != 0x8b {
+		return 0, errors.New("not a gzip member")
 	}
 	size := binary.LittleEndian.Uint32(z[len(z)-4:])
 	if int64(size) > int64(maxBody) {
-		return nil, fmt.Errorf("declares %d bytes, more than %d", size, maxBody)
+		return 0, fmt.Errorf("declares %d bytes, more than %d", size, maxBody)
 	}
 	if int64(size) > int64(len(z))*gzipMaxRatio {
-		return nil, fmt.Errorf("declares %d bytes from %d: more than deflate can make", size, len(z))
+		return 0, fmt.Errorf("declares %d bytes from %d: more than deflate can make", size, len(z))
 	}
-	zr, _ := gzipReaders.Get().(*gzip.Reader)
-	var err error
-	if zr == nil {
-		zr, err = gzip.NewReader(bytes.NewReader(z))
-	} else {
-		err = zr.Reset(bytes.NewReader(z))
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer gzipReaders.Put(zr)
-	body := make([]byte, size)
-	if _, err := io.ReadFull(zr, body); err != nil {
-		return nil, err
-	}
-	// Reading past the end checks the CRC and that nothing is left.
-	var more [1]byte
-	if n, err := zr.Read(more[:]); n != 0 || err != io.EOF {
-		return nil, errors.New("inflates past its recorded size")
-	}
-	return body, nil
+	return int(size), nil
 }

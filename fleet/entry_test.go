@@ -28,7 +28,7 @@ func TestEncodeDecode(t *testing.T) {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			e := testEntry(n)
 			if n == 0 {
-				e.Body, e.Gzip = []byte{}, nil // a per-hash item with no records
+				e.Body, e.Gzip, e.Size = []byte{}, nil, 0 // a per-hash item with no records
 			}
 			v := encode(e)
 			if len(e.Gzip) > 0 && len(v) > len(e.Gzip)+len(e.Key)+len(e.ETag)+headerLen+4 {
@@ -38,7 +38,7 @@ func TestEncodeDecode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Key != e.Key || !bytes.Equal(got.Body, e.Body) || !bytes.Equal(got.Gzip, e.Gzip) || !bytes.Equal(got.ETag, e.ETag) ||
+			if got.Key != e.Key || got.Size != e.Size || !bytes.Equal(got.Body, e.Body) || !bytes.Equal(got.Gzip, e.Gzip) || !bytes.Equal(got.ETag, e.ETag) ||
 				got.Class != e.Class || got.Stored != e.Stored || got.Fresh != e.Fresh ||
 				got.StaleWhileRevalidate != e.StaleWhileRevalidate || got.StaleIfError != e.StaleIfError {
 				t.Fatalf("round trip changed the entry:\n got %+v\nwant %+v", got, e)
@@ -49,7 +49,8 @@ func TestEncodeDecode(t *testing.T) {
 
 // A value this node cannot read is a miss, never a misread entry.
 func TestDecodeRejects(t *testing.T) {
-	good := encode(testEntry(2000))
+	ge := testEntry(2000)
+	good := encode(ge)
 	f := func(name string, v []byte) {
 		t.Helper()
 		if e, err := decode(v, 64<<20); err == nil {
@@ -69,17 +70,32 @@ func TestDecodeRejects(t *testing.T) {
 	class := bytes.Clone(good)
 	class[1] = 9
 	f("unknown class", class)
+	notGzip := bytes.Clone(good)
+	notGzip[len(good)-len(ge.Gzip)] = '{' // the payload's first byte, gzip's magic
+	f("not gzip", notGzip)
+	// What only inflating finds, the proxy's check finds (checkedTier):
+	// the entry read back does not inflate.
+	inflates := func(name string, v []byte) {
+		t.Helper()
+		e, err := decode(v, 64<<20)
+		if err != nil {
+			return
+		}
+		if _, err := e.Inflate(nil); err == nil {
+			t.Errorf("%s: inflated", name)
+		}
+	}
 	corrupt := bytes.Clone(good)
 	corrupt[len(corrupt)-10] ^= 0xff // inside the gzip trailer's CRC
-	f("bad gzip", corrupt)
-	f("truncated gzip", good[:len(good)-20])
+	inflates("bad gzip", corrupt)
+	inflates("truncated gzip", good[:len(good)-20])
 }
 
 func BenchmarkDecode(b *testing.B) {
 	e := testEntry(10_000)
 	v := encode(e)
 	b.ReportAllocs()
-	b.SetBytes(int64(len(e.Body)))
+	b.SetBytes(int64(e.Size))
 	for b.Loop() {
 		if _, err := decode(v, 64<<20); err != nil {
 			b.Fatal(err)

@@ -214,7 +214,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 			a := p.store(s, q.request(false, false), p.clock(), upstreamAnswer{status: status, code: code, body: body})
 			switch {
 			case a.entry != nil && a.entry.Status == 0:
-				if code != "0" || status != 200 || !bytes.Equal(a.entry.Body, body) {
+				if held, err := a.entry.Inflate(nil); code != "0" || status != 200 || err != nil || !bytes.Equal(held, body) {
 					t.Fatalf("cached an answer of status %d code %q, or not as it came", status, code)
 				}
 				if a.entry.Class > cache.Negative {

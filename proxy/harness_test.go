@@ -132,7 +132,7 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	if err := h.cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes})
+	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes, IdentityBytes: h.cfg.Cache.IdentityBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,8 +158,8 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if old.cfg.Listen != cfg.Listen || old.cfg.AdminListen != cfg.AdminListen {
 		errs = append(errs, errors.New("listen and admin_listen cannot change on reload; restart"))
 	}
-	if old.cfg.Cache.MaxBytes != cfg.Cache.MaxBytes || old.cfg.Shared != cfg.Shared {
-		errs = append(errs, errors.New("cache.max_bytes and shared cannot change on reload; restart"))
+	if old.cfg.Cache.MaxBytes != cfg.Cache.MaxBytes || old.cfg.Cache.IdentityBytes != cfg.Cache.IdentityBytes || old.cfg.Shared != cfg.Shared {
+		errs = append(errs, errors.New("cache.max_bytes, cache.identity_bytes and shared cannot change on reload; restart"))
 	}
 	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL || !p.up.sameAccounts(cfg.Upstream) {
 		errs = append(errs, errors.New("upstream.base_url and the names and base_url of upstream.accounts cannot change on reload; restart"))
@@ -564,6 +564,7 @@ func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnsw
 	}
 	class := r.classify(p, f, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
 	now := p.clock()
 	p.cache.Set(e, now)
 	if p.tier != nil {

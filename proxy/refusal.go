@@ -15,7 +15,8 @@ import (
 // stays on this node: the shared tier holds successes only.
 func (p *Proxy) storeRefusal(s *settings, r *route, key string, status int, body []byte) *answer {
 	now := p.clock()
-	e := cache.NewEntry(key, body, cache.Negative, now, s.ttl[r.id].For(cache.Negative), 0, 0)
+	// Held as is (a refusal is a short envelope): served reads its code.
+	e := cache.NewItem(key, body, cache.Negative, now, s.ttl[r.id].For(cache.Negative), 0, 0)
 	e.Status = status
 	p.cache.Set(e, now)
 	return &answer{entry: e, stored: true}

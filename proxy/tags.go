@@ -39,12 +39,12 @@ func (p *Proxy) chainTag(chain string) uint8 {
 }
 
 // tagEntry is the cache's tagger.
-func (p *Proxy) tagEntry(e *cache.Entry) cache.Tags {
+func (p *Proxy) tagEntry(e *cache.Entry, body []byte) cache.Tags {
 	var t cache.Tags
 	if rest, ok := strings.CutPrefix(e.Key, "hash|"); ok {
 		chain, hash, _ := strings.Cut(rest, "|")
 		t.Route, t.Chain, t.Hashes = tagPerHash, p.chainTag(chain), []uint64{hashDigest(hash)}
-		crossHeights(&t, wrapData(e.Body))
+		crossHeights(&t, wrapData(body))
 		return t
 	}
 	path, _, _ := strings.Cut(e.Key, "?")
@@ -65,7 +65,7 @@ func (p *Proxy) tagEntry(e *cache.Entry) cache.Tags {
 	case routeBlockList:
 		// The blocks' hashes tell a reorganization (reorg.go).
 		var rows []blockRow
-		jsonparser.ArrayEach(e.Body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
 			s, _ := jsonparser.GetString(row, "height")
 			h, err := strconv.ParseInt(s, 10, 64)
 			if err != nil || h < 0 {
@@ -86,11 +86,11 @@ func (p *Proxy) tagEntry(e *cache.Entry) cache.Tags {
 		}
 	case routeInternalTransactionMulti:
 		// The spec names the list both ways; explorer-sim uses transactionList.
-		if !rowHeights(&t, e.Body, "height", "data", "[0]", "transactionList") {
-			rowHeights(&t, e.Body, "height", "data", "[0]", "internalTransactionDetails")
+		if !rowHeights(&t, body, "height", "data", "[0]", "transactionList") {
+			rowHeights(&t, body, "height", "data", "[0]", "internalTransactionDetails")
 		}
 	case routeTransactionMulti, routeTransactionFills:
-		crossHeights(&t, e.Body)
+		crossHeights(&t, body)
 	}
 	return t
 }

@@ -73,25 +73,20 @@ func (p *Proxy) admitShared(e *cache.Entry) *cache.Entry {
 }
 
 // checkShared says what is wrong with e ("" if nothing), and clamps its
-// times and recomputes its ETag.
+// times, recomputes its ETag and tags it. The answer came compressed and is
+// kept so; it is inflated once, into a reused buffer, to be checked.
 func (p *Proxy) checkShared(e *cache.Entry) string {
 	s := p.settings.Load()
-	if len(e.Body) > s.cfg.Upstream.MaxResponseBytes || e.Status != 0 {
+	if e.Size > s.cfg.Upstream.MaxResponseBytes || e.Status != 0 {
 		return "size or status"
 	}
 	var r *route
 	if strings.HasPrefix(e.Key, "hash|") {
 		r = &routes[routeTransactionMulti]
-		if len(e.Body) > 0 && !json.Valid(wrapData(e.Body)) {
-			return "records are not JSON"
-		}
 	} else {
 		path, _, _ := strings.Cut(e.Key, "?")
 		if r = routeByPath([]byte(path)); r == nil {
 			return "no route"
-		}
-		if code, err := envelopeCode(e.Body); err != nil || code != "0" {
-			return "not an answer of code 0"
 		}
 	}
 	now := p.clock().UnixNano()
@@ -99,6 +94,26 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 	e.Fresh = min(e.Fresh, e.Stored+int64(p.ttlFor(s, r, e.Class)))
 	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(classWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
 	e.StaleIfError = min(e.StaleIfError, int64(s.cfg.Cache.StaleIfError))
-	e.ComputeETag()
-	return ""
+	why := ""
+	err := e.WithIdentity(func(body []byte) error {
+		switch {
+		case strings.HasPrefix(e.Key, "hash|"):
+			if len(body) > 0 && !json.Valid(wrapData(body)) {
+				why = "records are not JSON"
+			}
+		default:
+			if code, err := envelopeCode(body); err != nil || code != "0" {
+				why = "not an answer of code 0"
+			}
+		}
+		if why == "" {
+			e.ComputeETag(body)
+			p.cache.TagFrom(e, body)
+		}
+		return nil
+	})
+	if err != nil {
+		return "gzip: " + err.Error()
+	}
+	return why
 }

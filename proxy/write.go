@@ -127,12 +127,28 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 		return
 	}
 	h.SetContentTypeBytes(ctJSON)
-	body := e.Body
 	if gz {
-		body = e.Gzip
 		h.SetContentEncodingBytes(valGzip)
+		ctx.Response.SetBodyRaw(e.Gzip)
+		return
 	}
-	ctx.Response.SetBodyRaw(body)
+	if body := p.cache.Identity(e); body != nil || e.Gzip == nil {
+		ctx.Response.SetBodyRaw(body)
+		return
+	}
+	// Inflated into the response's own buffer, which fasthttp reuses:
+	// nothing allocated once it has grown to the answer's size.
+	body, err := e.Inflate(ctx.Response.SwapBody(nil))
+	ctx.Response.SwapBody(body)
+	if err != nil { // the cache's own bytes, checked when they came from Redis
+		p.log.Error("stored answer does not inflate; dropped", "key", e.Key, "err", err.Error())
+		p.cache.Del(e.Key)
+		resetResponse(ctx)
+		ctx.SetStatusCode(errBadGateway.Status)
+		ctx.Response.Header.SetContentTypeBytes(ctJSON)
+		ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
+		ctx.Response.SetBodyRaw(appendEnvelope(nil, errBadGateway.Code, errBadGateway.Msg))
+	}
 }
 
 // acceptsGzip reads Accept-Encoding as RFC 9110 section 12.5.3 does: gzip

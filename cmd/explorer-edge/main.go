@@ -136,7 +136,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 			"max_conns", cfg.Server.MaxConns, "admin_max_conns", cfg.AdminMaxConns, "upstream_max_conns", cfg.Upstream.MaxConns,
 			"reserved", reservedDescriptors)
 	}
-	c, err := cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes})
+	c, err := cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes, IdentityBytes: cfg.Cache.IdentityBytes})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,122 @@
+package cache
+
+// Hot identity copies. Answers are held compressed; a client that does not
+// take gzip is sent the body inflated into its response, which costs about
+// 1 us per KB (BenchmarkHitIdentity). For the few answers such clients ask
+// for again and again, the cache keeps an identity copy, in a set bounded
+// by a share of cache.max_bytes (identityShare) and taken from it: the
+// entries get that much less. An entry earns a copy on every
+// identityEvery-th identity ask served without one; the set makes room
+// by CLOCK (a copy served since the hand last passed is spared once), and
+// an entry's copy goes with the entry.
+
+import "sync/atomic"
+
+const (
+	// identityShare: the copies may hold 1/identityShare of max_bytes.
+	identityShare = 32
+	// identityEvery: every so many identity asks without a copy, try to
+	// make one.
+	identityEvery = 8
+)
+
+// identCopy is an entry's identity body kept for clients that do not take
+// gzip; used says it was served since the CLOCK hand passed it.
+type identCopy struct {
+	body []byte
+	used atomic.Bool
+	slot int // place in identitySet.ring; guarded by Cache.mu
+}
+
+// identitySet is the bounded set of copies; guarded by Cache.mu.
+type identitySet struct {
+	budget int64
+	used   int64
+	ring   []*Entry
+	hand   int
+}
+
+// identityCost is the memory a copy holds beyond its body.
+const identityCost = 48
+
+func (c *identCopy) cost() int64 { return int64(cap(c.body)) + identityCost }
+
+// Identity returns the identity body of e to send as is: Body, or e's hot
+// copy, or nil when the caller must inflate (Inflate). It counts the ask
+// and makes a copy when e has earned one. It allocates only then.
+func (c *Cache) Identity(e *Entry) []byte {
+	if e.Gzip == nil {
+		return e.Body
+	}
+	if ic := e.ident.Load(); ic != nil {
+		if !ic.used.Load() {
+			ic.used.Store(true)
+		}
+		return ic.body
+	}
+	if c.identity.budget == 0 || int64(e.Size)+identityCost > c.identity.budget/4 {
+		return nil // no set, or an answer that would take a quarter of it
+	}
+	if e.identAsks.Add(1)%identityEvery != 0 {
+		return nil
+	}
+	body, err := e.Inflate(nil)
+	if err != nil {
+		return nil
+	}
+	ic := &identCopy{body: body}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !e.held || e.ident.Load() != nil { // gone from the cache, or raced
+		return nil
+	}
+	s := &c.identity
+	// Make room: CLOCK over the copies, at most two turns of the hand.
+	for steps := 2 * len(s.ring); s.used+ic.cost() > s.budget && steps > 0 && len(s.ring) > 0; steps-- {
+		s.hand %= len(s.ring)
+		v := s.ring[s.hand]
+		if vc := v.ident.Load(); vc.used.Load() {
+			vc.used.Store(false)
+			s.hand++
+			continue
+		}
+		c.dropIdentity(v) // the last copy takes its place under the hand
+	}
+	if s.used+ic.cost() > s.budget {
+		return nil
+	}
+	ic.slot = len(s.ring)
+	s.ring = append(s.ring, e)
+	s.used += ic.cost()
+	c.bytes.Add(ic.cost())
+	e.ident.Store(ic)
+	return body
+}
+
+// dropIdentity lets go of e's copy, if it has one; mu is held. A request
+// that loaded the copy before keeps sending it: the memory goes when the
+// last of them is done.
+func (c *Cache) dropIdentity(e *Entry) {
+	ic := e.ident.Load()
+	if ic == nil {
+		return
+	}
+	s := &c.identity
+	last := len(s.ring) - 1
+	moved := s.ring[last]
+	s.ring[ic.slot] = moved
+	moved.ident.Load().slot = ic.slot
+	s.ring[last] = nil
+	s.ring = s.ring[:last]
+	s.used -= ic.cost()
+	c.bytes.Add(-ic.cost())
+	e.ident.Store(nil)
+	e.identAsks.Store(0)
+}
+
+// IdentityBytes is the memory held by hot identity copies now.
+func (c *Cache) IdentityBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.identity.used
+}
