@@ -16,24 +16,28 @@ const (
 	// identityShare: the copies may hold 1/identityShare of max_bytes.
 	identityShare = 32
 	// identityEvery: every so many identity asks without a copy, try to
-	// make one.
+	// make one, at least.
 	identityEvery = 8
+	// identityEveryMax: at most.
+	identityEveryMax = 1024
 )
 
 // identCopy is an entry's identity body kept for clients that do not take
 // gzip; used says it was served since the CLOCK hand passed it.
 type identCopy struct {
-	body []byte
-	used atomic.Bool
-	slot int // place in identitySet.ring; guarded by Cache.mu
+	body   []byte
+	used   atomic.Bool
+	served atomic.Bool // ever
+	slot   int         // place in identitySet.ring; guarded by Cache.mu
 }
 
-// identitySet is the bounded set of copies; guarded by Cache.mu.
+// identitySet is the bounded set of copies; guarded by Cache.mu but every.
 type identitySet struct {
 	budget int64
 	used   int64
 	ring   []*Entry
 	hand   int
+	every  atomic.Uint32 // asks between tries; 0 until the first (identityEvery)
 }
 
 // identityCost is the memory a copy holds beyond its body.
@@ -51,13 +55,14 @@ func (c *Cache) Identity(e *Entry) []byte {
 	if ic := e.ident.Load(); ic != nil {
 		if !ic.used.Load() {
 			ic.used.Store(true)
+			ic.served.Store(true)
 		}
 		return ic.body
 	}
 	if c.identity.budget == 0 || int64(e.Size)+identityCost > c.identity.budget/4 {
 		return nil // no set, or an answer that would take a quarter of it
 	}
-	if e.identAsks.Add(1)%identityEvery != 0 {
+	if e.identAsks.Add(1)%max(c.identity.every.Load(), identityEvery) != 0 {
 		return nil
 	}
 	body, err := e.Inflate(nil)
@@ -102,6 +107,12 @@ func (c *Cache) dropIdentity(e *Entry) {
 		return
 	}
 	s := &c.identity
+	every := max(s.every.Load(), identityEvery)
+	if ic.served.Load() {
+		s.every.Store(max(every/2, identityEvery))
+	} else {
+		s.every.Store(min(every*2, identityEveryMax))
+	}
 	last := len(s.ring) - 1
 	moved := s.ring[last]
 	s.ring[ic.slot] = moved

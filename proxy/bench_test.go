@@ -6,12 +6,28 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"explorer-edge/config"
+	"explorer-edge/sim"
 )
 
 // BenchmarkHit drives the real handler on a cached key: admission (auth
 // off), the remembered parse (uriMemo), cache lookup, headers and metrics.
-func BenchmarkHit(b *testing.B) {
-	h := newHarness(b)
+// The client takes no gzip: the answer is sent from its hot identity copy.
+func BenchmarkHit(b *testing.B) { benchmarkHit(b, 0) }
+
+// BenchmarkHitGzip is BenchmarkHit for a client that takes gzip: sent the
+// stored bytes.
+func BenchmarkHitGzip(b *testing.B) { benchmarkHit(b, 0, "Accept-Encoding", "gzip") }
+
+// BenchmarkHitInflated is BenchmarkHit with no identity copies
+// (cache.identity_bytes -1): the answer (9.7 KB) is inflated into the
+// response each time, what a client taking no gzip costs on an answer that
+// has not earned a copy.
+func BenchmarkHitInflated(b *testing.B) { benchmarkHit(b, -1) }
+
+func benchmarkHit(b *testing.B, identityBytes int64, headers ...string) {
+	h := newHarness(b, func(cfg *config.Config, _ *sim.Config) { cfg.Cache.IdentityBytes = identityBytes })
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
 	if r := h.get(target); r.status != 200 {
 		b.Fatalf("warm: %d %s", r.status, r.body)
@@ -25,6 +41,9 @@ func BenchmarkHit(b *testing.B) {
 		var ctx fasthttp.RequestCtx
 		ctx.Request.SetRequestURI(uri)
 		ctx.Request.Header.SetMethod("GET")
+		for i := 0; i+1 < len(headers); i += 2 {
+			ctx.Request.Header.Set(headers[i], headers[i+1])
+		}
 		for pb.Next() {
 			ctx.Response.Reset()
 			h.p.Handle(&ctx)
