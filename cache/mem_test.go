@@ -42,7 +42,7 @@ import (
 // 0.1 ms per entry: two minutes for a million).
 //
 // The process runs under the heap limit explorer-edge sets for that
-// cache (cache.MemoryLimit, 448 MiB for 256 MiB), or under GOMEMLIMIT when
+// cache (cache.MemoryLimit, 416 MiB for 256 MiB), or under GOMEMLIMIT when
 // it is set; BENCH_MEMORY_NOLIMIT=1 runs it with no limit, to see why the
 // edge sets one (the bound then fails: the peak passes 2.3x).
 //

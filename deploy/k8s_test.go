@@ -151,7 +151,7 @@ const podHeadroom = 64 << 20
 
 // TestPodMemoryFollowsCacheSize: the pod's memory request and limit are
 // derived from cache.max_bytes in the ConfigMap: limit = request =
-// cache.MemoryLimit(max_bytes) + 64 MiB. A request below the heap the edge
+// cache.RSSBound(max_bytes) + 64 MiB. A request below the memory the edge
 // grows to lets the scheduler overcommit the node, and the kernel then
 // OOM-kills pods that are within their limit.
 func TestPodMemoryFollowsCacheSize(t *testing.T) {
@@ -159,13 +159,13 @@ func TestPodMemoryFollowsCacheSize(t *testing.T) {
 	if !ok || maxBytes <= 0 {
 		t.Fatalf("configmap.yaml: cache.max_bytes %v is not a positive integer", dig(fleetConfig(t), "cache", "max_bytes"))
 	}
-	heap := cache.MemoryLimit(int64(maxBytes))
+	heap := cache.RSSBound(int64(maxBytes))
 	want := heap + podHeadroom
 	edge := container(t, find(t, "deployment.yaml", "Deployment", "explorer-edge"), "explorer-edge")
 	for _, which := range []string{"requests", "limits"} {
 		q := str(edge, "resources", which, "memory")
 		if got := quantity(t, q); got != want {
-			t.Errorf("resources.%s.memory = %s (%d MiB), want %d MiB: the edge's heap limit for cache.max_bytes %d MiB is %d MiB, plus %d MiB headroom",
+			t.Errorf("resources.%s.memory = %s (%d MiB), want %d MiB: the edge's RSS bound for cache.max_bytes %d MiB is %d MiB, plus %d MiB headroom",
 				which, q, got>>20, want>>20, maxBytes>>20, heap>>20, podHeadroom>>20)
 		}
 	}

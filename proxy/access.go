@@ -83,7 +83,11 @@ func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	if result == noResult {
 		result = metrics.ResultError
 	}
-	t.acct.Answered(result, len(ctx.Response.Body()))
+	n := ctx.Response.Header.ContentLength() // a body stream's: Body() would read it whole
+	if !ctx.Response.IsBodyStream() {
+		n = len(ctx.Response.Body())
+	}
+	t.acct.Answered(result, n)
 }
 
 // clientOf is the configured client whose api key the request carries, or

@@ -5,9 +5,13 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
 	"explorer-edge/sim"
@@ -127,3 +131,77 @@ func join(s []string) string {
 	}
 	return b.String()
 }
+
+// TestLargeAnswersStreamToIdentityClients: an answer of about 1 MB, held
+// compressed, is sent whole to gzip and identity clients alike, and a
+// client taking no gzip is sent it inflated as it is written: a request
+// does not allocate the answer's size.
+func TestLargeAnswersStreamToIdentityClients(t *testing.T) {
+	var big []byte
+	{
+		var b bytes.Buffer
+		b.WriteString(`{"code":"0","msg":"","data":[{"page":"1","limit":"99","totalPage":"1","blockList":[`)
+		for i := 0; b.Len() < 1<<20; i++ {
+			fmt.Fprintf(&b, `{"hash":"0x%064x","height":"%d","state":"done"},`, uint64(i)*0x9e3779b97f4a7c15, 1000+i)
+		}
+		b.WriteString(`{"hash":"0x0","height":"1","state":"done"}]}]}`)
+		big = b.Bytes()
+	}
+	h := newHarnessWrapped(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("limit") == "99" {
+				w.Header().Set("Content-Type", "application/json")
+				w.Write(big)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=99&height=1000"
+	gz := h.get(target, "Accept-Encoding", "gzip")
+	zr, err := gzip.NewReader(bytes.NewReader(gz.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain, err := io.ReadAll(zr); err != nil || !bytes.Equal(plain, big) {
+		t.Fatalf("gzip answer: %v, equal %v", err, bytes.Equal(plain, big))
+	}
+	for range 3 {
+		if id := h.get(target); id.status != 200 || !bytes.Equal(id.body, big) {
+			t.Fatalf("identity answer: %d, %d bytes, want %d", id.status, len(id.body), len(big))
+		}
+	}
+	if head := h.do("HEAD", target); head.status != 200 || head.header["Content-Length"] != fmt.Sprint(len(big)) {
+		t.Fatalf("HEAD: %d, Content-Length %q", head.status, head.header["Content-Length"])
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Request.SetRequestURI(target)
+	ctx.Request.Header.SetMethod("GET")
+	serve := func() {
+		ctx.Response.Reset()
+		h.p.Handle(&ctx)
+		if !ctx.Response.IsBodyStream() { // else each connection's buffer grows to 1 MB
+			t.Fatal("the identity answer is inflated whole into the response, not as it is written")
+		}
+		var n countWriter
+		if err := ctx.Response.BodyWriteTo(&n); err != nil || int(n) != len(big) {
+			t.Fatalf("streamed %d bytes (%v), want %d", n, err, len(big))
+		}
+	}
+	for range 5 {
+		serve()
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		serve()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 20; per > uint64(len(big))/8 {
+		t.Fatalf("%d bytes allocated per identity request of a %d-byte answer", per, len(big))
+	}
+}
+
+type countWriter int
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }

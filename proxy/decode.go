@@ -30,6 +30,12 @@ func decodeBody(resp *fasthttp.Response, limit int) ([]byte, error) {
 		if len(raw) > limit { // fasthttp's bound already; kept for a body read otherwise
 			return nil, errDecodedTooLarge
 		}
+		if len(raw) > 64<<10 {
+			// Taken from resp, not copied: an 8 MB answer is not held
+			// twice, and its buffer does not go back to fasthttp's pool,
+			// where buffers of that size would stay.
+			return resp.SwapBody(nil), nil
+		}
 		return bytes.Clone(raw), nil // resp is reused by fasthttp after release
 	case bytes.EqualFold(enc, []byte("gzip")), bytes.EqualFold(enc, []byte("x-gzip")):
 		r, err := gzip.NewReader(bytes.NewReader(raw))

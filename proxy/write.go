@@ -64,6 +64,11 @@ func staleErrorStatus(err error) cacheStatus {
 	return cacheStatus{"explorer-edge; hit", true, detail}
 }
 
+// streamMin is the identity size above which an answer held compressed is
+// inflated as it is sent rather than whole into the response: 8 MB answers
+// to clients taking no gzip would hold 8 MB each while they are written.
+const streamMin = 64 << 10
+
 // writeEntry sends a stored answer. It copies no body bytes and allocates
 // nothing: header values are built in the query's scratch buffer and fasthttp
 // copies them into its own reused header storage.
@@ -134,6 +139,10 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	}
 	if body := p.cache.Identity(e); body != nil || e.Gzip == nil {
 		ctx.Response.SetBodyRaw(body)
+		return
+	}
+	if e.Size > streamMin { // a request holds the inflater, not the answer
+		ctx.Response.SetBodyStream(e.Reader(), e.Size)
 		return
 	}
 	// Inflated into the response's own buffer, which fasthttp reuses:

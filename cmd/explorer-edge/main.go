@@ -119,7 +119,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	if os.Getenv("GOMEMLIMIT") == "" {
 		limit := cache.MemoryLimit(cfg.Cache.MaxBytes)
 		debug.SetMemoryLimit(limit)
-		log.Info("memory limit", "bytes", limit, "source", "1.5 x cache.max_bytes + 64 MiB")
+		log.Info("memory limit", "bytes", limit, "source", "1.5 x cache.max_bytes + 32 MiB")
 	}
 	// Every connection the edge may hold must fit the descriptor limit:
 	// past it accept fails with EMFILE, and so does an upstream call.
