@@ -8,7 +8,7 @@ REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE ?= explorer-edge:$(VERSION)
 
-.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf fuzz fuzz-ci soak clean
+.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -60,6 +60,12 @@ bench-replay:
 # 4 MiB cache; upstream calls per 1000 requests and hit ratio, 3 runs (~1 min).
 bench-replay-zipf:
 	$(GO) run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3 -max-time 30s
+
+# The memory bound with the largest answers: an upstream answering 8 MB
+# per question at the full budget, the edge's RSS peak against
+# 1.5 x max_bytes + 64 MiB; fails above it (~1 min).
+bench-memory: build
+	$(GO) run ./bench/membound
 
 # The browser workload of bench/compare (Accept-Encoding: gzip, deflate,
 # br, zstd) beside the identity single key, edge-p1 against nginx with gzip

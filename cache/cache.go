@@ -183,8 +183,8 @@ func (e *Entry) Age(now int64) int64 {
 // Config sizes the cache.
 type Config struct {
 	MaxBytes int64 // bound on the bytes held by entries; must be > 0
-	// IdentityBytes is the share of MaxBytes hot identity copies may hold
-	// (identity.go): 0 is MaxBytes/32, below 0 none (every identity answer
+	// IdentityBytes is the most of MaxBytes hot identity copies may hold
+	// (identity.go): 0 is MaxBytes/4, below 0 none (every identity answer
 	// is inflated).
 	IdentityBytes int64
 }
@@ -236,7 +236,7 @@ func New(cfg Config) (*Cache, error) {
 	counters := max(cfg.MaxBytes/2048*10, 10_000)
 	r, err := ristretto.NewCache(&ristretto.Config[string, *Entry]{
 		NumCounters:        counters,
-		MaxCost:            cfg.MaxBytes - c.identity.budget,
+		MaxCost:            cfg.MaxBytes, // less the identity copies held (identity.go)
 		BufferItems:        64,
 		IgnoreInternalCost: true, // Entry.Cost already counts the overhead
 		OnEvict:            func(*ristretto.Item[*Entry]) { c.evictions.Add(1) },

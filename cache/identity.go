@@ -2,10 +2,13 @@ package cache
 
 // Hot identity copies. Answers are held compressed; a client that does not
 // take gzip is sent the body inflated into its response, which costs about
-// 1 us per KB (BenchmarkHitIdentity). For the few answers such clients ask
-// for again and again, the cache keeps an identity copy, in a set bounded
-// by a share of cache.max_bytes (identityShare) and taken from it: the
-// entries get that much less. An entry earns a copy on every
+// 1 us per KB (BenchmarkHitInflated). For the answers such clients ask
+// for again and again, the cache keeps an identity copy, in a set of at
+// most a share of cache.max_bytes (identityShare, or cache.identity_bytes).
+// The copies count against max_bytes: the entries get what they do not
+// hold (Ristretto's bound follows them), so a cache no such client asks
+// holds as many answers as it can, and one they ask gives up answers for
+// their copies. An entry earns a copy on every
 // identityEvery-th identity ask served without one; the set makes room
 // by CLOCK (a copy served since the hand last passed is spared once), and
 // an entry's copy goes with the entry.
@@ -14,7 +17,7 @@ import "sync/atomic"
 
 const (
 	// identityShare: the copies may hold 1/identityShare of max_bytes.
-	identityShare = 32
+	identityShare = 4
 	// identityEvery: every so many identity asks without a copy, try to
 	// make one, at least.
 	identityEvery = 8
@@ -94,6 +97,7 @@ func (c *Cache) Identity(e *Entry) []byte {
 	s.ring = append(s.ring, e)
 	s.used += ic.cost()
 	c.bytes.Add(ic.cost())
+	c.r.UpdateMaxCost(c.maxBytes - s.used) // entries make room at the next Set
 	e.ident.Store(ic)
 	return body
 }
@@ -121,6 +125,7 @@ func (c *Cache) dropIdentity(e *Entry) {
 	s.ring = s.ring[:last]
 	s.used -= ic.cost()
 	c.bytes.Add(-ic.cost())
+	c.r.UpdateMaxCost(c.maxBytes - s.used)
 	e.ident.Store(nil)
 	e.identAsks.Store(0)
 }

@@ -53,6 +53,9 @@ func TestIdentityCopies(t *testing.T) {
 	if c.IdentityBytes() == 0 || c.Bytes() != held+c.IdentityBytes() {
 		t.Fatalf("copy of %d bytes: identity %d, bytes %d -> %d", len(got), c.IdentityBytes(), held, c.Bytes())
 	}
+	if c.r.MaxCost() != c.MaxBytes()-c.IdentityBytes() {
+		t.Fatalf("entries may hold %d bytes beside %d of copies, max_bytes %d", c.r.MaxCost(), c.IdentityBytes(), c.MaxBytes())
+	}
 	if again := c.Identity(e); &again[0] != &got[0] {
 		t.Fatal("the copy was not served again")
 	}

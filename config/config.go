@@ -193,10 +193,11 @@ type Auth struct {
 // Cache sizes the cache and sets its times.
 type Cache struct {
 	MaxBytes int64 `koanf:"max_bytes"` // bound on bytes held by entries
-	// IdentityBytes is the part of MaxBytes kept for identity copies of
-	// the answers clients that do not take gzip ask for most (answers are
-	// held compressed; the others are inflated per request): 0 is 1/32
-	// of max_bytes, -1 none. At most half of max_bytes.
+	// IdentityBytes is the most of MaxBytes identity copies of the answers
+	// clients that do not take gzip ask for most may hold (answers are
+	// held compressed; the others are inflated per request); what they do
+	// not hold is the entries'. 0 is 1/4 of max_bytes, -1 none. At most
+	// half of max_bytes.
 	IdentityBytes int64 `koanf:"identity_bytes"`
 	// StaleWhileRevalidate is how long past its fresh time an answer of
 	// each class is still served at once while one background refresh
@@ -696,7 +697,7 @@ func (c *Config) Validate() error {
 		bad("cache.max_bytes: must be >= 1048576, got %d", ca.MaxBytes)
 	}
 	if ca.IdentityBytes < -1 || ca.IdentityBytes > ca.MaxBytes/2 {
-		bad("cache.identity_bytes: must be -1 (none), 0 (1/32 of max_bytes) or at most half of max_bytes, got %d", ca.IdentityBytes)
+		bad("cache.identity_bytes: must be -1 (none), 0 (1/4 of max_bytes) or at most half of max_bytes, got %d", ca.IdentityBytes)
 	}
 	for _, f := range ca.StaleWhileRevalidate.fields() {
 		nonNegative("cache.stale_while_revalidate."+f.name, f.d)

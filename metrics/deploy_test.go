@@ -30,6 +30,8 @@ func (cacheStats) Entries() int64   { return 0 }
 func (cacheStats) Evictions() int64 { return 0 }
 func (cacheStats) MaxBytes() int64  { return 1 << 20 }
 
+func (cacheStats) IdentityBytes() int64 { return 0 }
+
 // exported maps each family the edge can export (fleet mode included) to
 // its label names and, for each, the values it takes.
 type exported map[string]*family

@@ -114,6 +114,7 @@ type CacheStats interface {
 	Entries() int64
 	Evictions() int64
 	MaxBytes() int64
+	IdentityBytes() int64
 }
 
 // New registers every family for the given routes and chains.
@@ -203,7 +204,8 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	reg.MustRegister(requests, reqDur, results, up, upDur, final, rej,
 		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads,
 		m.AcceptErrors, m.ConnsRefused, m.ConnsOpen, m.ConnsMax,
-		gauge("cache_bytes", "Bytes held by cache entries.", func() float64 { return float64(cs.Bytes()) }),
+		gauge("cache_bytes", "Bytes held by cache entries and their identity copies.", func() float64 { return float64(cs.Bytes()) }),
+		gauge("cache_identity_bytes", "Bytes of cache_bytes held by identity copies of answers (cache.identity_bytes).", func() float64 { return float64(cs.IdentityBytes()) }),
 		gauge("cache_entries", "Entries in the cache.", func() float64 { return float64(cs.Entries()) }),
 		gauge("cache_max_bytes", "Configured bound on cache bytes (cache.max_bytes).", func() float64 { return float64(cs.MaxBytes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "cache_evictions_total",
