@@ -79,8 +79,9 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		return
 	}
 	result, st := parts.status(err)
-	assembled := assemble(string(q.key), parts.items)
+	assembled, body := assemble(string(q.key), parts.items)
 	if assembled.Fresh > now.UnixNano() && err == nil {
+		p.cache.TagFrom(assembled, body) // from the body at hand: Set need not inflate it
 		p.cache.Set(assembled, now)
 	} else if st == statusPartial || st == statusMiss {
 		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
@@ -213,8 +214,9 @@ func (b *batchParts) status(err error) (int, cacheStatus) {
 
 // assemble is the answer made of items in the order asked. It is as old as
 // its oldest part, fresh as long as all parts are, may be served stale only
-// within every part's windows, and has the least settled part's class.
-func assemble(key string, items []*cache.Entry) *cache.Entry {
+// within every part's windows, and has the least settled part's class. The
+// body it was made of comes along, not to be kept.
+func assemble(key string, items []*cache.Entry) (*cache.Entry, []byte) {
 	body := append(make([]byte, 0, 64+len(items)*1200), `{"code":"0","msg":"","data":[`...)
 	first := true
 	part := items[0]
@@ -233,7 +235,7 @@ func assemble(key string, items []*cache.Entry) *cache.Entry {
 		class = cache.LeastSettled(class, e.Class)
 	}
 	body = append(body, "]}"...)
-	return cache.NewEntry(key, body, class, time.Unix(0, stored), time.Duration(fresh-stored), time.Duration(swr), time.Duration(sie))
+	return cache.NewEntry(key, body, class, time.Unix(0, stored), time.Duration(fresh-stored), time.Duration(swr), time.Duration(sie)), body
 }
 
 // fetch returns one call per hash, fetching those not already under way in

@@ -732,11 +732,16 @@ func TestFleetClusterMode(t *testing.T) {
 // request) from Redis. The difference is what the shared tier adds to a
 // request that another node has filled.
 //
+// The client takes no gzip (the answer, read compressed, is inflated for
+// it); the Gzip variants are a client that takes gzip.
+//
 //	go test -run '^$' -bench 'L[12]Hit' -benchmem ./proxy
-func BenchmarkL1Hit(b *testing.B) { benchmarkTierHit(b, false) }
-func BenchmarkL2Hit(b *testing.B) { benchmarkTierHit(b, true) }
+func BenchmarkL1Hit(b *testing.B)     { benchmarkTierHit(b, false) }
+func BenchmarkL2Hit(b *testing.B)     { benchmarkTierHit(b, true) }
+func BenchmarkL1HitGzip(b *testing.B) { benchmarkTierHit(b, false, "Accept-Encoding", "gzip") }
+func BenchmarkL2HitGzip(b *testing.B) { benchmarkTierHit(b, true, "Accept-Encoding", "gzip") }
 
-func benchmarkTierHit(b *testing.B, fromRedis bool) {
+func benchmarkTierHit(b *testing.B, fromRedis bool, headers ...string) {
 	rdb := startRedis(b)
 	_, edges := newFleet(b, rdb, 1)
 	e := edges[0]
@@ -751,6 +756,9 @@ func benchmarkTierHit(b *testing.B, fromRedis bool) {
 	var ctx fasthttp.RequestCtx
 	ctx.Request.SetRequestURI(target)
 	ctx.Request.Header.SetMethod("GET")
+	for i := 0; i+1 < len(headers); i += 2 {
+		ctx.Request.Header.Set(headers[i], headers[i+1])
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
