@@ -122,32 +122,33 @@ func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
 // shared (a flight hands it to every waiter), so the tags are written
 // under mu and never again.
 func (c *Cache) tag(e *Entry) {
-	if c.tagger.Load() == nil {
-		return
+	if c.untagged(e) != nil {
+		e.WithIdentity(func(body []byte) error {
+			c.TagFrom(e, body)
+			return nil
+		})
+	}
+}
+
+// untagged is the tagger when there is one and e has no tags yet, else nil.
+func (c *Cache) untagged(e *Entry) *Tagger {
+	f := c.tagger.Load()
+	if f == nil {
+		return nil
 	}
 	c.mu.Lock()
-	done := e.tagged
-	c.mu.Unlock()
-	if done {
-		return
-	}
-	e.WithIdentity(func(body []byte) error {
-		c.TagFrom(e, body)
+	defer c.mu.Unlock()
+	if e.tagged {
 		return nil
-	})
+	}
+	return f
 }
 
 // TagFrom tags e as Set would, from its identity body at hand (the miss
 // path has it), so Set need not inflate it again.
 func (c *Cache) TagFrom(e *Entry, body []byte) {
-	f := c.tagger.Load()
+	f := c.untagged(e)
 	if f == nil {
-		return
-	}
-	c.mu.Lock()
-	done := e.tagged
-	c.mu.Unlock()
-	if done {
 		return
 	}
 	t := (*f)(e, body) // reads only Key and the body, which never change
