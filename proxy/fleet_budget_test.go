@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -164,6 +165,65 @@ func TestFleetDistrustsWhatRedisHolds(t *testing.T) {
 		r := b.get(target)
 		if r.status != 200 || !bytes.Equal(r.body, good.body) || h.upstreamCalls() != before+1 || rejected(b, "entry") < 1 {
 			t.Fatalf("forged body: %d %q, %d upstream calls, rejected %v", r.status, r.body, h.upstreamCalls()-before, rejected(b, "entry"))
+		}
+	})
+
+	t.Run("a compressed entry that is no answer, or does not inflate", func(t *testing.T) {
+		a.get("/api/v5/chainx/block/block-list?chainShortName=chainx") // the finalized height
+		target := fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d&limit=20", h.sim.FinalizedHeight("CHAINX")-30)
+		good := a.get(target)
+		key := cacheKey(t, a.p, target)
+		v := raw(key)
+		etag := []byte(good.header["Etag"])
+		i := bytes.Index(v, etag)
+		if i < 0 || v[2]&1 == 0 || !bytes.HasPrefix(v[i+len(etag):], []byte{0x1f, 0x8b}) {
+			t.Fatalf("the value (%d bytes) holds no gzip payload after its ETag", len(v))
+		}
+		head := v[: i+len(etag) : i+len(etag)]
+		var forged bytes.Buffer
+		zw := gzip.NewWriter(&forged)
+		zw.Write(bytes.Repeat([]byte("<html>owned</html>"), 100))
+		zw.Close()
+		corrupt := bytes.Clone(v[i+len(etag):])
+		corrupt[len(corrupt)-6] ^= 0xff // the CRC
+		for _, payload := range [][]byte{forged.Bytes(), corrupt} {
+			put("edge:{"+key+"}", append(bytes.Clone(head), payload...))
+			before, was := h.upstreamCalls(), rejected(b, "entry")
+			r := b.get(target)
+			if r.status != 200 || !bytes.Equal(r.body, good.body) || h.upstreamCalls() != before+1 || rejected(b, "entry") < was+1 {
+				t.Fatalf("forged gzip payload: %d %.80q, %d upstream calls, rejected %v -> %v", r.status, r.body, h.upstreamCalls()-before, was, rejected(b, "entry"))
+			}
+			b.cache.Del(key) // the next read is Redis's again
+		}
+	})
+
+	t.Run("a per-hash item written compressed", func(t *testing.T) {
+		hash := h.sim.CrossHashes("CHAINX", 3)[2]
+		target := "/api/v5/chainx/tz/cross/transaction-fills?chainShortName=chainx&txid=" + hash
+		good := a.get(target)
+		key := hashKey("CHAINX", hash)
+		v := raw(key)
+		if v[2]&1 != 0 {
+			t.Fatal("the item is held compressed already")
+		}
+		// Its records, after the key and ETag fields, compressed under the flag.
+		rest := v[35:]
+		for range 2 { // key, then ETag: uvarint length and bytes
+			n, w := binary.Uvarint(rest)
+			rest = rest[w+int(n):]
+		}
+		head := bytes.Clone(v[:len(v)-len(rest)])
+		head[2] |= 1
+		var z bytes.Buffer
+		zw := gzip.NewWriter(&z)
+		zw.Write(rest)
+		zw.Close()
+		put("edge:{"+key+"}", append(head, z.Bytes()...))
+		b.cache.Del(key)
+		was := rejected(b, "entry")
+		r := b.get(target)
+		if r.status != 200 || !bytes.Equal(r.body, good.body) || rejected(b, "entry") < was+1 {
+			t.Fatalf("compressed item: %d %.80q (want %.80q), rejected %v -> %v", r.status, r.body, good.body, was, rejected(b, "entry"))
 		}
 	})
 

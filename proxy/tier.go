@@ -82,6 +82,9 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 	}
 	var r *route
 	if strings.HasPrefix(e.Key, "hash|") {
+		if e.Gzip != nil { // items are held as is (cache.NewItem): batches read them
+			return "compressed records"
+		}
 		r = &routes[routeTransactionMulti]
 	} else {
 		path, _, _ := strings.Cut(e.Key, "?")
