@@ -1,17 +1,22 @@
 package cache
 
 // Hot identity copies. Answers are held compressed; a client that does not
-// take gzip is sent the body inflated into its response, which costs about
-// 1 us per KB (BenchmarkHitInflated). For the answers such clients ask
-// for again and again, the cache keeps an identity copy, in a set of at
-// most a share of cache.max_bytes (identityShare, or cache.identity_bytes).
-// The copies count against max_bytes: the entries get what they do not
-// hold (Ristretto's bound follows them), so a cache no such client asks
-// holds as many answers as it can, and one they ask gives up answers for
-// their copies. An entry earns a copy on every
-// identityEvery-th identity ask served without one; the set makes room
-// by CLOCK (a copy served since the hand last passed is spared once), and
-// an entry's copy goes with the entry.
+// take gzip is sent the body inflated, which costs about 1 us per KB
+// (BenchmarkHitInflated). For the answers such clients ask for again and
+// again, the cache keeps an identity copy, in a set of at most a share of
+// cache.max_bytes (identityShare, or cache.identity_bytes). The copies
+// count against max_bytes: the entries get what they do not hold
+// (Ristretto's bound follows them), so a cache no such client asks holds
+// as many answers as it can, and one they ask gives up answers for their
+// copies.
+//
+// An entry earns a copy on every n-th identity ask served without one.
+// n adapts: it doubles (up to identityEveryMax) each time a copy leaves
+// never served, as when clients walk through more answers than the set
+// holds, so that such a walk does not pay for copies it never uses; it
+// halves (down to identityEvery) each time one leaves having been served.
+// The set makes room by CLOCK (a copy served since the hand last passed is
+// spared once), and an entry's copy goes with the entry.
 
 import "sync/atomic"
 
