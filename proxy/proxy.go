@@ -45,7 +45,8 @@ type Proxy struct {
 	up       *pool // the upstream accounts
 	flight   singleflight.Group
 	batch    *batcher
-	tier     Tier // second cache tier and fleet coordination; nil on a single node
+	tier     Tier      // second cache tier and fleet coordination; nil on a single node
+	fetching *inflight // bytes of upstream answers being read and stored (inflight.go)
 	final    map[string]*atomic.Int64
 	chains   []string                // upper case, in configured order: the chain tags (tags.go)
 	purges   purgeLog                // recent purges, judging answers stored after them (purgelog.go)
@@ -93,6 +94,9 @@ type Options struct {
 func New(cfg config.Config, o Options) (*Proxy, error) {
 	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: newTracing(o.Tracer),
 		final: map[string]*atomic.Int64{}, refreshing: map[string]struct{}{}}
+	// An eighth of the cache's bytes in answers being fetched at once, and
+	// never less than one answer of the largest size.
+	p.fetching = newInflight(max(cfg.Cache.MaxBytes/8, int64(cfg.Upstream.MaxResponseBytes)))
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -533,17 +537,20 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
 	}
+	w := p.fetching.acquire(f.route.id)
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
 	up, err := p.up.fetch(f)
 	if err == nil {
 		a := p.store(s, f, asked, up)
+		p.fetching.release(f.route.id, w, len(up.body))
 		if a.entry == nil {
 			a.stale = shared
 		}
 		return a, nil
 	}
+	p.fetching.release(f.route.id, w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.cache.Set(shared, p.clock()) // the next request finds it here
 	}
