@@ -11,11 +11,12 @@ import (
 )
 
 // gzipLevel is the level answers are compressed at, once, when stored.
-// Measured on explorer-sim's answers of every route (BenchmarkEntryBytes,
+// Measured on explorer-sim's answers of every route (BenchmarkEncodings,
 // docs/performance.md#bytes-per-answer): level 1 of klauspost/compress
-// holds them in 18-31% of their size at about 35 us for 10 KB; the best
-// level saves 3-11% more of the bytes for about 5 times the CPU on the
-// miss path, which an answer of 8 MB pays as tens of milliseconds.
+// holds answers of 3 KB or more in 22-37% of their size, at about 30 us
+// for 10 KB; level 9 saves 5-11% more of the bytes for 3 to 4 times the
+// CPU on the miss path, which an answer of 8 MB pays as tens of
+// milliseconds.
 const gzipLevel = gzip.BestSpeed
 
 // compressor is a gzip writer with the buffer it writes into; both are
@@ -36,7 +37,7 @@ func compress(body []byte) []byte {
 	c := compressors.Get().(*compressor)
 	defer compressors.Put(c)
 	c.buf.Reset()
-	c.buf.Grow(len(body) / 2) // answers compress to 18-37%: no growth
+	c.buf.Grow(len(body) / 2) // most answers compress to a quarter or a third: no growth
 	c.zw.Reset(&c.buf)
 	c.zw.Write(body)
 	c.zw.Close()
