@@ -149,14 +149,10 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	// nothing allocated once it has grown to the answer's size.
 	body, err := e.Inflate(ctx.Response.SwapBody(nil))
 	ctx.Response.SwapBody(body)
-	if err != nil { // the cache's own bytes, checked when they came from Redis
+	if err != nil { // the cache's own bytes, checked when they came from Redis: never expected
 		p.log.Error("stored answer does not inflate; dropped", "key", e.Key, "err", err.Error())
 		p.cache.Del(e.Key)
-		resetResponse(ctx)
-		ctx.SetStatusCode(errBadGateway.Status)
-		ctx.Response.Header.SetContentTypeBytes(ctJSON)
-		ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
-		ctx.Response.SetBodyRaw(appendEnvelope(nil, errBadGateway.Code, errBadGateway.Msg))
+		p.writeError(ctx, errBadGateway)
 	}
 }
 
@@ -245,6 +241,16 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 	if !errors.As(err, &e) {
 		e = errBadGateway.with(err, 0)
 	}
+	p.writeError(ctx, e)
+	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
+	p.access(ctx, id, noResult, e.Code, start)
+	if e.Status >= 500 {
+		p.warnFailed(id, e)
+	}
+}
+
+// writeError replaces the response with e's envelope.
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *Error) {
 	resetResponse(ctx)
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
@@ -257,11 +263,6 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 	}
 	ctx.Response.SetBodyRaw(appendEnvelope(nil, e.Code, e.Msg))
 	p.corsHeaders(ctx)
-	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
-	p.access(ctx, id, noResult, e.Code, start)
-	if e.Status >= 500 {
-		p.warnFailed(id, e)
-	}
 }
 
 // corsHeaders adds the CORS headers to an answer that is not a stored
