@@ -61,6 +61,18 @@ type inflater struct {
 
 var inflaters = sync.Pool{New: func() any { return new(inflater) }}
 
+// inflaterOf is a pooled inflater reading the gzip z; Put it back.
+func inflaterOf(z []byte) (*inflater, error) {
+	f := inflaters.Get().(*inflater)
+	f.br.Reset(z)
+	if err := f.zr.Reset(&f.br); err != nil {
+		inflaters.Put(f)
+		return nil, err
+	}
+	f.zr.Multistream(false)
+	return f, nil
+}
+
 var errInflate = errors.New("cache: stored gzip does not inflate to its size")
 
 // Inflate appends e's identity body to dst[:0] and returns it: Body
@@ -71,13 +83,11 @@ func (e *Entry) Inflate(dst []byte) ([]byte, error) {
 		return append(dst[:0], e.Body...), nil
 	}
 	out := slices.Grow(dst[:0], e.Size)[:e.Size]
-	f := inflaters.Get().(*inflater)
-	defer inflaters.Put(f)
-	f.br.Reset(e.Gzip)
-	if err := f.zr.Reset(&f.br); err != nil {
+	f, err := inflaterOf(e.Gzip)
+	if err != nil {
 		return dst[:0], err
 	}
-	f.zr.Multistream(false)
+	defer inflaters.Put(f)
 	if _, err := io.ReadFull(&f.zr, out); err != nil {
 		return dst[:0], err
 	}
@@ -122,13 +132,10 @@ func (e *Entry) Reader() io.ReadCloser {
 	if e.Gzip == nil {
 		return io.NopCloser(bytes.NewReader(e.Body))
 	}
-	f := inflaters.Get().(*inflater)
-	f.br.Reset(e.Gzip)
-	if err := f.zr.Reset(&f.br); err != nil {
-		inflaters.Put(f)
+	f, err := inflaterOf(e.Gzip)
+	if err != nil {
 		return io.NopCloser(errReader{err})
 	}
-	f.zr.Multistream(false)
 	return &streamer{f: f}
 }
 

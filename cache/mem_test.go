@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"explorer-edge/cache"
+	"explorer-edge/internal/procstat"
 	"explorer-edge/sim"
 )
 
@@ -235,20 +235,11 @@ func rssBytes(b *testing.B) int64 { return statusKB(b, "VmRSS") << 10 }
 
 // statusKB reads a "Name:   123 kB" line of /proc/self/status.
 func statusKB(b *testing.B, name string) int64 {
-	f, err := os.Open("/proc/self/status")
+	kb, err := procstat.KB(0, name)
 	if err != nil {
-		b.Skip("no /proc/self/status:", err)
+		b.Skip(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb
-		}
-	}
-	b.Skip("no " + name + " in /proc/self/status")
-	return 0
+	return kb
 }
 
 func memLimit() string {

@@ -83,8 +83,10 @@ func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	if result == noResult {
 		result = metrics.ResultError
 	}
-	n := ctx.Response.Header.ContentLength() // a body stream's: Body() would read it whole
-	if !ctx.Response.IsBodyStream() {
+	var n int
+	if ctx.Response.IsBodyStream() { // Body() would read the stream whole
+		n = ctx.Response.Header.ContentLength()
+	} else {
 		n = len(ctx.Response.Body())
 	}
 	t.acct.Answered(result, n)

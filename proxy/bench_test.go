@@ -34,7 +34,12 @@ func benchmarkHit(b *testing.B, identityBytes int64, headers ...string) {
 	}
 	// Spelled differently from the warming request: normalized on its
 	// first ask, remembered after.
-	uri := "/api/v5/chainx/block/block-list?limit=20&chainShortName=ChainX&page=1"
+	parallelHits(b, h.p, "/api/v5/chainx/block/block-list?limit=20&chainShortName=ChainX&page=1", headers...)
+}
+
+// parallelHits asks p for uri from every benchmark goroutine, with the
+// header pairs given, and fails on anything but a 200 with a body.
+func parallelHits(b *testing.B, p *Proxy, uri string, headers ...string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -46,7 +51,7 @@ func benchmarkHit(b *testing.B, identityBytes int64, headers ...string) {
 		}
 		for pb.Next() {
 			ctx.Response.Reset()
-			h.p.Handle(&ctx)
+			p.Handle(&ctx)
 			if ctx.Response.StatusCode() != 200 || len(ctx.Response.Body()) == 0 {
 				b.Fatalf("status %d", ctx.Response.StatusCode())
 			}

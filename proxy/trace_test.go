@@ -11,7 +11,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -231,20 +230,7 @@ func BenchmarkHitTraced(b *testing.B) {
 			if r := e.get(target); r.status != 200 {
 				b.Fatalf("warm: %d %s", r.status, r.body)
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				var ctx fasthttp.RequestCtx
-				ctx.Request.SetRequestURI(target)
-				ctx.Request.Header.SetMethod("GET")
-				for pb.Next() {
-					ctx.Response.Reset()
-					e.p.Handle(&ctx)
-					if ctx.Response.StatusCode() != 200 {
-						b.Fatalf("status %d", ctx.Response.StatusCode())
-					}
-				}
-			})
+			parallelHits(b, e.p, target)
 		})
 	}
 }

@@ -13,10 +13,9 @@ import (
 	"log"
 	"net"
 	"net/url"
-	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"explorer-edge/internal/procstat"
 
 	"github.com/valyala/fasthttp"
 )
@@ -63,16 +62,9 @@ func main() {
 }
 
 func rssKiB(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	kib, err := procstat.KB(pid, "VmRSS")
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			kib, _ := strconv.Atoi(f[1])
-			return kib
-		}
-	}
-	log.Fatal("no VmRSS")
-	return 0
+	return int(kib)
 }

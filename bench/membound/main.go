@@ -27,11 +27,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"explorer-edge/internal/procstat"
 )
 
 func main() {
@@ -233,21 +234,11 @@ func waitReady(url string) error {
 	return fmt.Errorf("%s not answering after 15 s", url)
 }
 
-// statusKB reads a "Name:   123 kB" line of /proc/<pid>/status.
+// statusKB reads a "Name:   123 kB" line of /proc/<pid>/status; 0 when
+// the process is gone.
 func statusKB(pid int, name string) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb
-		}
-	}
-	return 0
+	kb, _ := procstat.KB(pid, name)
+	return kb
 }
 
 // scrape returns the unlabelled samples of a Prometheus text page.
