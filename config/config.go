@@ -73,13 +73,9 @@ func (a Admin) Token() (string, error) {
 	if a.PurgeTokenFile == "" {
 		return a.PurgeToken, nil
 	}
-	b, err := os.ReadFile(a.PurgeTokenFile)
+	t, err := ReadSecretFile(a.PurgeTokenFile)
 	if err != nil {
 		return "", fmt.Errorf("admin.purge_token_file: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", errors.New("admin.purge_token_file: the file is empty")
 	}
 	return t, nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // maxSecretFile bounds what is read of a secret's file: a secret is short,
@@ -82,21 +83,75 @@ func readSecretFiles(c *Config, src sources) problems {
 
 // readSecret is the content of a secret's file without trailing newlines.
 func readSecret(path string) (string, error) {
-	f, err := os.Open(path)
+	b, err := readBounded(path)
 	if err != nil {
 		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxSecretFile {
-		return "", fmt.Errorf("%s is larger than %d bytes; is it the secret?", path, maxSecretFile)
 	}
 	v := strings.TrimRight(string(b), "\r\n")
 	if v == "" {
 		return "", fmt.Errorf("%s is empty", path)
 	}
 	return v, nil
+}
+
+// ReadSecretFile is the content of a secret's file, surrounding white space
+// dropped, read as every *_file key is (readBounded); the purge command's
+// -token-file is read with it.
+func ReadSecretFile(path string) (string, error) {
+	b, err := readBounded(path)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return v, nil
+}
+
+// readBounded reads a secret's file that is a regular file of at most
+// maxSecretFile bytes, and refuses anything else at once. A path pointed
+// at /dev/zero (a symlink swapped under a running edge) was read until
+// memory ran out, and a FIFO blocked the reload loop for ever (SIGTERM
+// then unanswered): it is opened without blocking, which only a FIFO or a
+// device notices, and its kind is read from the descriptor opened, so a
+// link swapped between a stat and the open does not get past.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, kind(fi.Mode()))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxSecretFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes; is it the secret?", path, maxSecretFile)
+	}
+	return b, nil
+}
+
+// kind names what a path that is no regular file is.
+func kind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return m.Type().String()
 }

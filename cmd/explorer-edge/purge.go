@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"explorer-edge/config"
 )
 
 // purgeUsage is the synopsis of the purge subcommand.
@@ -137,7 +139,8 @@ func purgeCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// purgeToken reads the token from file, or from the environment.
+// purgeToken reads the token from file (a regular file of at most 64 KiB,
+// as every secret's file), or from the environment.
 func purgeToken(file string) (string, error) {
 	if file == "" {
 		if t := strings.TrimSpace(os.Getenv("EDGE_ADMIN__PURGE_TOKEN")); t != "" {
@@ -145,13 +148,9 @@ func purgeToken(file string) (string, error) {
 		}
 		return "", errors.New("no token: give -token-file or set EDGE_ADMIN__PURGE_TOKEN")
 	}
-	b, err := os.ReadFile(file)
+	t, err := config.ReadSecretFile(file)
 	if err != nil {
-		return "", err
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("%s is empty", file)
+		return "", fmt.Errorf("-token-file: %w", err)
 	}
 	return t, nil
 }
