@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,23 @@ const (
 	Stale                // serve and refresh in the background (stale-while-revalidate)
 	Expired              // refetch; serve only if the upstream fails (stale-if-error)
 )
+
+// String names the state for logs and traces: "miss", "fresh", "stale",
+// "expired". A switch rather than a table, so a state added later cannot
+// index past a table that was not grown with it.
+func (s State) String() string {
+	switch s {
+	case Missing:
+		return "miss"
+	case Fresh:
+		return "fresh"
+	case Stale:
+		return "stale"
+	case Expired:
+		return "expired"
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
 
 // StateAt classifies the entry at now (unix nanoseconds).
 func (e *Entry) StateAt(now int64) State {

@@ -40,10 +40,11 @@ const (
 	OutcomeTooLarge
 	OutcomeBreakerOpen
 	OutcomeBudgetExhausted
+	OutcomeCredentials // the upstream refused the account's credentials (HTTP 401 or 50102-50113)
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted"}
+var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted", "credentials"}
 
 // Codes are the envelope codes counted by requests_total; others count as "other".
 var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",
@@ -88,6 +89,7 @@ type Metrics struct {
 	SharedLockWait *prometheus.CounterVec // {outcome}
 	SharedRejected *prometheus.CounterVec // {reason}: what Redis held that the edge would not take
 	LogSuppressed  prometheus.Counter     // repeated log lines left out
+	Panics         *prometheus.CounterVec // {where}: panics recovered (public, admin, background)
 	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
 	Reorgs         *prometheus.CounterVec // {chain}: reorganizations seen in block lists
 
@@ -97,6 +99,9 @@ type Metrics struct {
 	ConnsOpen    *prometheus.GaugeVec   // {listener}
 	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
 }
+
+// PanicPlaces are the where label values of panics_total.
+var PanicPlaces = []string{"public", "admin", "background"}
 
 // PurgeSelectors are the selector label values of purges_total.
 var PurgeSelectors = []string{"url", "hash", "heights", "route", "all"}
@@ -154,7 +159,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	rej := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "client_rejections_total",
 		Help: "Client requests refused before the cache, by reason (auth, rate_limit)."}, []string{"reason"})
 	m.Throttled = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_throttled_total",
-		Help: "Times the upstream budget held a call back: source budget (our bucket was empty) or upstream (it answered 429/50011)."}, []string{"source"})
+		Help: "Times the upstream budget held a call back: source budget (our bucket was empty), upstream (it answered 429/50011) or bytes (no room for its answer among those being fetched within budget_wait)."}, []string{"source"})
 	m.BudgetRate = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_budget_rate",
 		Help: "Upstream budget in requests per second (lowered after a 429 until the upstream recovers)."})
 	m.BreakerState = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "breaker_state",
@@ -168,7 +173,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
 		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
 	m.SharedRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_rejected_total",
-		Help: "Values read from Redis that the edge refused, by reason (entry: not a valid answer, its sizes or times out of bounds; budget: an impossible budget state, reset; lock: a fetch lock without an expiry, repaired). A rejected entry is a miss."}, []string{"reason"})
+		Help: "Values read from Redis that the edge refused, by reason (entry: not a valid answer, its sizes or times out of bounds; budget: an impossible budget state, reset; lock: a fetch lock without an expiry, repaired; purge_seq, purge_floor, purge_record: a purge log counter, floor or record no node publishes, ignored). A rejected entry is a miss."}, []string{"reason"})
 	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
 		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
 	m.AcceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "accept_errors_total",
@@ -183,6 +188,12 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
 		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
 	reg.MustRegister(m.LogSuppressed)
+	m.Panics = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "panics_total",
+		Help: "Panics recovered, by where they happened (public, admin: a request handler, answered 500; background: a refresh or a flight, its waiters answered 500). Each is a bug: the log holds its stack."}, []string{"where"})
+	reg.MustRegister(m.Panics)
+	for _, w := range PanicPlaces {
+		m.Panics.WithLabelValues(w)
+	}
 	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
 		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
 	reg.MustRegister(m.Purges)
@@ -243,7 +254,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	}
 	m.rejections[RejectAuth] = rej.WithLabelValues("auth")
 	m.rejections[RejectRateLimit] = rej.WithLabelValues("rate_limit")
-	for _, s := range []string{"budget", "upstream"} {
+	for _, s := range []string{"budget", "upstream", "bytes"} {
 		m.Throttled.WithLabelValues(s)
 	}
 	for _, r := range []string{"ok", "error"} {
@@ -261,7 +272,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 }
 
 // SharedRejectReasons are the reason label values of shared_rejected_total.
-var SharedRejectReasons = []string{"entry", "budget", "lock"}
+var SharedRejectReasons = []string{"entry", "budget", "lock", "purge_seq", "purge_floor", "purge_record"}
 
 // RegisterShared adds the shared-tier families (fleet mode only).
 func (m *Metrics) RegisterShared() {

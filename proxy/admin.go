@@ -11,6 +11,7 @@ import (
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	metricsHandler := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
 	return func(ctx *fasthttp.RequestCtx) {
+		defer p.recoverRequest(ctx, "admin")
 		switch string(ctx.Path()) {
 		case "/metrics":
 			metricsHandler(ctx)

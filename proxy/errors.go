@@ -83,7 +83,28 @@ var (
 	errMalformed   = &Error{Status: 502, Code: "50026", Msg: "Upstream error: malformed answer", reason: "malformed"}
 	errTooLarge    = &Error{Status: 502, Code: "50026", Msg: "Upstream error: answer too large", reason: "too-large"}
 	errTimeout     = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", reason: "timeout"}
+	// errCredentials: the upstream refused the edge's own account (HTTP
+	// 401, or a code 50102-50113 about the signed headers). Never passed
+	// to a client as the upstream said it: the client's credentials are
+	// fine, the edge's are not.
+	errCredentials = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream refused the edge's own credentials", reason: "credentials"}
+	// errFailingEnvelope: the upstream answered an envelope that says it is
+	// failing (upstreamFailing). It is the account's failure; when no
+	// other account can be asked, the envelope is passed on as it came.
+	errFailingEnvelope = &Error{Status: 502, Code: "50026", Msg: "Upstream error", reason: reasonEnvelope}
 )
+
+// credentialsRefused reports whether an upstream answer refuses the
+// account's credentials rather than the question: HTTP 401, or a code
+// of the explorer's authentication range, 50102 (timestamp) to 50113
+// (signature).
+func credentialsRefused(status int, code string) bool {
+	if status == fasthttp.StatusUnauthorized {
+		return true
+	}
+	n, err := strconv.Atoi(code)
+	return err == nil && n >= 50102 && n <= 50113
+}
 
 // reasonEnvelope: the upstream answered an error envelope (a code other than "0").
 const reasonEnvelope = "upstream-envelope"

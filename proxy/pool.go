@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,6 +210,20 @@ func (pl *pool) lockedUntil(now time.Time) (time.Time, bool) {
 	return first, !first.IsZero()
 }
 
+// failing names the accounts that are failing: breaker open, or their
+// latest attempts failed (an error ratio of 0.2 or more: the moving
+// average after one failure). Those are asked only when no other account
+// can be.
+func (pl *pool) failing() string {
+	var names []string
+	for _, u := range pl.accts {
+		if u.breakerOpen() || u.health.errorRatio() >= 0.2 {
+			names = append(names, u.name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
 // breakerOpen reports whether every account's breaker is open.
 func (pl *pool) breakerOpen() bool {
 	for _, u := range pl.accts {
@@ -225,37 +240,47 @@ func (pl *pool) breakerOpen() bool {
 // *Error. Callers with a stale copy and background callers never wait for
 // the budget: the former have a copy to serve, the latter yield to client
 // misses.
+//
+// An account that fails (a transport failure, a 5xx, a 429, an envelope
+// saying the upstream is failing, its credentials refused) is left for
+// another at once. A refusal of the question (refusedQuestion) is asked
+// again of another account when there is one: the explorer validates
+// what the edge already validated, so a refusal is rare, and one that
+// another account answers is the first account's failure, never a
+// negative answer to cache.
 func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 	r := f.route
 	cfg := pl.cfg()
 	deadline := time.Now().Add(cfg.RetryMaxTime)
-	var avoid *upstream
+	var avoid, refusedBy *upstream
+	var refused upstreamAnswer // refusedBy's refusal, while another account is asked
 	for attempt := 0; ; attempt++ {
 		_, bs := pl.tr.span(f.trace, "budget")
 		u, err := pl.take(r, cfg, f, avoid)
 		endSpan(bs, err)
 		if err != nil {
+			if refusedBy != nil {
+				return refused, nil
+			}
 			return upstreamAnswer{}, err
 		}
-		ac, as := pl.tr.span(f.trace, "upstream", attribute.String("account", u.name),
-			attribute.String("route", r.name), attribute.Int("attempt", attempt+1))
-		if f.tenant != nil {
-			f.tenant.acct.Called()
-		}
-		var a upstreamAnswer
-		_, err = u.breaker.Execute(func() (struct{}, error) {
-			var err error
-			a, err = u.call(ac, r, f.key, min(cfg.Timeout, time.Until(deadline)))
-			return struct{}{}, err
-		})
-		if as != nil {
-			outcome := "ok"
-			var e *Error
-			if errors.As(err, &e) {
-				outcome = e.reason
+		a, err := pl.attempt(u, r, cfg, f, attempt, deadline)
+		switch {
+		case refusedBy != nil:
+			if err == nil && !refusedQuestion(a.status, a.code) {
+				refusedBy.refusedWrongly(r, u)
+				return a, nil
 			}
-			as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
-			endSpan(as, err)
+			if err == nil {
+				return a, nil // refused again: the question's fault
+			}
+			return refused, nil // no second opinion: the refusal stands
+		case err == nil:
+			if refusedQuestion(a.status, a.code) && attempt < cfg.Retries && pl.another(u) {
+				refused, refusedBy, avoid = a, u, u
+				continue
+			}
+			return a, nil
 		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
@@ -266,21 +291,18 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 			}
 			return upstreamAnswer{}, err
 		}
-		if err == nil {
-			return a, nil
-		}
 		if attempt >= cfg.Retries {
-			return upstreamAnswer{}, err
+			return passOn(a, err)
 		}
 		// Another account may answer what this one would not: at once,
 		// with a token of its own.
-		if (retryable(err) || throttledByUpstream(err)) && pl.another(u) {
+		if (retryable(err) || throttledByUpstream(err) || accountFault(err)) && pl.another(u) {
 			u.log.Debug("upstream retry on another account", "route", r.name, "account", u.name, "attempt", attempt+1, "err", err)
 			avoid = u
 			continue
 		}
 		if !retryable(err) {
-			return upstreamAnswer{}, err
+			return passOn(a, err)
 		}
 		backoff := jitter(cfg.RetryBackoff << attempt)
 		if time.Now().Add(backoff).After(deadline) {
@@ -291,6 +313,69 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		time.Sleep(backoff)
 	}
 }
+
+// attempt makes one call of f on u through u's breaker, in a span of its
+// own.
+func (pl *pool) attempt(u *upstream, r *route, cfg *config.Upstream, f *fetchReq, attempt int, deadline time.Time) (upstreamAnswer, error) {
+	ac, as := pl.tr.span(f.trace, "upstream", attribute.String("account", u.name),
+		attribute.String("route", r.name), attribute.Int("attempt", attempt+1))
+	if f.tenant != nil {
+		f.tenant.acct.Called()
+	}
+	var a upstreamAnswer
+	_, err := u.breaker.Execute(func() (struct{}, error) {
+		var err error
+		a, err = u.call(ac, r, f.key, min(cfg.Timeout, time.Until(deadline)))
+		return struct{}{}, err
+	})
+	if as != nil {
+		outcome := "ok"
+		var e *Error
+		if errors.As(err, &e) {
+			outcome = e.reason
+		}
+		as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
+		endSpan(as, err)
+	}
+	return a, err
+}
+
+// passOn is the end of a fetch that failed with err: an envelope saying
+// the upstream is failing, which no other account could replace, goes to
+// the request path as the upstream sent it (passed through, or a stale
+// copy stands in); any other failure is the error.
+func passOn(a upstreamAnswer, err error) (upstreamAnswer, error) {
+	if a.body != nil {
+		return a, nil
+	}
+	return upstreamAnswer{}, err
+}
+
+// accountFault: the failure is the account's own (its credentials were
+// refused, or it answered an envelope saying it is failing), so another
+// account may well answer.
+func accountFault(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.reason == errCredentials.reason || e.reason == errFailingEnvelope.reason)
+}
+
+// refusedWrongly notes that u refused a question (50014, 50025, 50036)
+// that other answered: u's failure, in its health and its breaker.
+func (u *upstream) refusedWrongly(r *route, other *upstream) {
+	u.health.fail()
+	u.breaker.Execute(func() (struct{}, error) { return struct{}{}, errRefusedWrongly })
+	if u.sample == nil {
+		return
+	}
+	if ok, suppressed := u.sample(repeatKey{msg: "upstream account refused a question another answered", route: u.name}); ok {
+		u.log.Warn("upstream account refused a question another answered", "account", u.name, "answered_by", other.name,
+			"route", r.name, "suppressed", suppressed)
+	}
+}
+
+// errRefusedWrongly records, in an account's breaker, a refusal of a
+// question another account answered.
+var errRefusedWrongly = &Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", reason: "refused-wrongly"}
 
 // another reports whether an account other than u is usable now.
 func (pl *pool) another(u *upstream) bool {
@@ -364,6 +449,15 @@ func (h *health) observe(took time.Duration, failed bool) {
 	h.mu.Lock()
 	h.errs += alpha * (f - h.errs)
 	h.latency += alpha * (took.Seconds() - h.latency)
+	h.mu.Unlock()
+}
+
+// fail adds one failure that took no time of the account's (its answer
+// turned out wrong later), leaving the latency as it was.
+func (h *health) fail() {
+	const alpha = 0.2
+	h.mu.Lock()
+	h.errs += alpha * (1 - h.errs)
 	h.mu.Unlock()
 }
 

@@ -121,6 +121,9 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.up.tr = p.tr
+	for _, u := range p.up.accts {
+		u.sample = p.sampleWarn
+	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
 	p.joinFleet()
@@ -228,6 +231,9 @@ func (p *Proxy) Ready() (bool, string) {
 		}
 		return true, "ok; " + why + ", serving cached answers"
 	}
+	if failing := p.up.failing(); failing != "" {
+		return true, "ok; failing upstream accounts (asked only when no other can be): " + failing
+	}
 	return true, "ok"
 }
 
@@ -252,6 +258,7 @@ func (p *Proxy) judgedAt(start time.Time) time.Time {
 // before under the same settings skips routing and parsing (uriMemo), and is
 // answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
+	defer p.recoverRequest(ctx, "public")
 	if p.tr != nil {
 		p.handleTraced(ctx)
 		return
@@ -473,7 +480,8 @@ type answer struct {
 // load fetches f's key through the flight: concurrent identical misses
 // share one upstream call. leader tells whether this caller's fetch ran.
 func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err error) {
-	ch := p.flight.DoChan(f.key, func() (any, error) {
+	ch := p.flight.DoChan(f.key, func() (v any, err error) {
+		defer p.recoverFlight(&err)
 		leader = true
 		var fs trace.Span
 		f.trace, fs = p.tr.span(f.trace, "flight", attribute.String("cache.key", f.key))
@@ -537,20 +545,25 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
 	}
-	w := p.fetching.acquire(f.route.id)
+	// Room for the answer, within budget_wait, or refused like the budget
+	// refuses (inflight.go).
+	w, err := p.reserve(s, f)
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
-	up, err := p.up.fetch(f)
+	var up upstreamAnswer
+	if err == nil {
+		up, err = p.up.fetch(f)
+	}
 	if err == nil {
 		a := p.store(s, f, asked, up)
-		p.fetching.release(f.route.id, w, len(up.body))
+		p.fetching.release(w, len(up.body))
 		if a.entry == nil {
 			a.stale = shared
 		}
 		return a, nil
 	}
-	p.fetching.release(f.route.id, w, 0)
+	p.fetching.release(w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.cache.Set(shared, p.clock()) // the next request finds it here
 	}
@@ -626,6 +639,7 @@ func (p *Proxy) background(keys []string, fn func(keys []string)) {
 	p.bgMu.Unlock()
 	go func() {
 		defer p.bg.Done()
+		defer p.recoverBackground()
 		defer func() {
 			p.bgMu.Lock()
 			for _, k := range todo {

@@ -97,15 +97,13 @@ func (p *Proxy) requestTrace(ctx *fasthttp.RequestCtx) context.Context {
 	return tc
 }
 
-var cacheStateNames = [...]string{cache.Missing: "miss", cache.Fresh: "fresh", cache.Stale: "stale"}
-
 // traceCache records the cache decision of a request, from start to now.
 func (p *Proxy) traceCache(tc context.Context, key []byte, state cache.State, start time.Time) {
 	if tc == nil {
 		return
 	}
 	_, span := p.tr.t.Start(tc, "cache", trace.WithTimestamp(start),
-		trace.WithAttributes(attribute.String("cache.key", string(key)), attribute.String("cache.state", cacheStateNames[state])))
+		trace.WithAttributes(attribute.String("cache.key", string(key)), attribute.String("cache.state", state.String())))
 	span.End()
 }
 

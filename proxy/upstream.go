@@ -46,6 +46,9 @@ type upstream struct {
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
 	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+	// sample says whether a repeatable line may go out (Proxy.sampleWarn);
+	// nil = never.
+	sample func(repeatKey) (ok bool, suppressed int64)
 }
 
 // newUpstream makes the account name of cfg (its base_url, credentials,
@@ -196,7 +199,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 		case "too-large":
 			outcome = metrics.OutcomeTooLarge
 		}
-		u.record(r, outcome, took)
+		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e
 	}
@@ -207,13 +210,17 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 		if errors.Is(err, errDecodedTooLarge) {
 			outcome, e = metrics.OutcomeTooLarge, errTooLarge
 		}
-		u.record(r, outcome, took)
+		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e.with(err, 0)
 	}
 	code, _ := envelopeCode(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
 	switch {
+	case credentialsRefused(status, code):
+		outcome = metrics.OutcomeCredentials
+		result = errCredentials.with(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
+		u.credentialsRefused(status, code)
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		outcome = metrics.Outcome429
 		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
@@ -224,22 +231,44 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	case code == "":
 		outcome = metrics.OutcomeMalformed
 		result = errMalformed.with(fmt.Errorf("upstream answered %d without an envelope", status), 0)
+	case upstreamFailing(status, code):
+		// The account's failure, for its health and breaker; the answer
+		// goes with the error, to be passed on if no other account can
+		// be asked (pool.fetch).
+		outcome = metrics.OutcomeErrorEnvelope
+		result = errFailingEnvelope.with(fmt.Errorf("upstream answered %d code %q", status, code), 0)
 	case code != "0":
 		outcome = metrics.OutcomeErrorEnvelope
 	default:
 		u.recovered(start)
 	}
-	u.record(r, outcome, took)
+	u.record(r, outcome, took, result != nil)
 	level := slog.LevelInfo
 	if result != nil {
 		level = slog.LevelWarn
 	}
 	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
-	if result != nil {
-		return upstreamAnswer{}, result
+	a := upstreamAnswer{status: status, code: code, body: body}
+	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
+		a = upstreamAnswer{}
 	}
-	return upstreamAnswer{status: status, code: code, body: body}, nil
+	return a, result
+}
+
+// credentialsRefused logs, at error and once per log.repeat_interval for
+// the account, that the upstream refused the account's credentials: every
+// question on it fails until an operator acts.
+func (u *upstream) credentialsRefused(status int, code string) {
+	if u.sample == nil {
+		return
+	}
+	ok, suppressed := u.sample(repeatKey{msg: "upstream credentials refused", route: u.name})
+	if !ok {
+		return
+	}
+	u.log.Error("upstream credentials refused", "account", u.name, "status", status, "code", code, "suppressed", suppressed,
+		"what", "the upstream refused this account's api_key, passphrase or signature; its calls fail over to other accounts")
 }
 
 // lockout is the time an upstream 429 forbids calls: set when the 429
@@ -309,9 +338,9 @@ func (u *upstream) setRate(rate float64, burst int) {
 }
 
 // record counts an attempt's outcome on the route's and the account's
-// series and in the account's health.
-func (u *upstream) record(r *route, outcome int, took time.Duration) {
+// series and, failed or not, in the account's health.
+func (u *upstream) record(r *route, outcome int, took time.Duration, failed bool) {
 	u.m.Upstream(int(r.id), outcome, took.Seconds())
 	u.m.AccountCall(u.name, outcome)
-	u.health.observe(took, outcome != metrics.OutcomeOK && outcome != metrics.OutcomeErrorEnvelope)
+	u.health.observe(took, failed)
 }
