@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -35,6 +36,13 @@ import (
 //	<prefix>{purges}floor  unix ns
 //	<prefix>{purges}id     who created the log: a Redis that lost its data
 //	                       (restarted without persistence) has another one
+//
+// What Redis holds about purges is not trusted more than its entries are:
+// a node reads the log a page at a time (purgePage records, each cut to
+// its size when over MaxPurgeRecord, by one script that also reads the
+// counter, the floor and the id, so what it reads is one state of the
+// log), refuses what no node can have published and says so through
+// WatchPurges' refused (counted in shared_rejected_total{reason}).
 var publish = rueidis.NewLuaScript(`
 redis.call("SET", KEYS[4], ARGV[5], "NX")
 local n = redis.call("INCR", KEYS[1])
@@ -54,11 +62,54 @@ redis.call("PEXPIRE", KEYS[3], ARGV[4])
 return n
 `)
 
+// readPurges reads one state of the log: the counter, the floor and the
+// id, and up to ARGV[2] records numbered after ARGV[1] and at most the
+// counter, as score, size, and the record itself ("" when it is over
+// ARGV[3] bytes: what no node publishes is not carried). A key of
+// another type reads as absent.
+//
+//	KEYS: seq, floor, id, log   ARGV: after (exclusive), page, max bytes
+var readPurges = rueidis.NewLuaScript(`
+local function get(k)
+  local v = redis.pcall("GET", k)
+  if type(v) ~= "string" then return false end
+  return v
+end
+local seq = get(KEYS[1])
+local out = {seq, get(KEYS[2]), get(KEYS[3])}
+if not seq or #seq > 18 or not string.match(seq, "^%d+$") then return out end
+local recs = redis.pcall("ZRANGEBYSCORE", KEYS[4], ARGV[1], seq, "WITHSCORES", "LIMIT", 0, tonumber(ARGV[2]))
+if type(recs) ~= "table" or recs.err then return out end
+local bound = tonumber(ARGV[3])
+for i = 1, #recs, 2 do
+  local m = recs[i]
+  out[#out + 1] = recs[i + 1]
+  out[#out + 1] = #m
+  if #m > bound then m = "" end
+  out[#out + 1] = m
+end
+return out
+`)
+
+// MaxPurgeRecord bounds a record of the log ("seq at request") a node
+// reads or publishes. The longest purge is a url purge of a per-hash
+// route with its 20 hashes: its request, the normalized key as JSON, is
+// under 1.5 KB; 4 KiB leaves room and keeps a page of records (purgePage)
+// under half a megabyte whatever Redis holds.
+const MaxPurgeRecord = 4 << 10
+
+// purgePage is how many records one read of the log takes. A node reads
+// pages until it has caught up, at most purgeKeep/purgePage+1 of them in
+// one poll (a log of the fleet's own is read whole), each bounded by
+// Timeout: a log however large cannot make a read time out.
+const purgePage = 100
+
 // purgeWatch is what a node does with the fleet's purges (WatchPurges).
 type purgeWatch struct {
-	apply func(at int64, request []byte, live bool)
-	lost  func()
-	floor func(at int64)
+	apply   func(at int64, request []byte, live bool)
+	lost    func()
+	floor   func(at int64)
+	refused func(reason, why string)
 }
 
 // purgeState is a node's place in the fleet's purge log.
@@ -66,9 +117,11 @@ type purgeState struct {
 	mu      sync.Mutex
 	watch   *purgeWatch
 	started int64          // unix ns the node began watching
-	last    int64          // last sequence number applied; -1: none read yet
+	last    int64          // last sequence number read; -1: none read yet
 	id      string         // the log's id when last read
 	own     map[int64]bool // records this node published (applied already)
+	// The last counter and floor refused as no number: each is said once.
+	badSeq, badFloor string
 }
 
 func (r *Redis) purgeKey(name string) string { return r.cfg.Prefix + "{purges}" + name }
@@ -82,6 +135,9 @@ func (r *Redis) PublishPurge(at int64, request []byte, keys []string, soft bool,
 	c := r.live()
 	if c == nil {
 		return 0, 0, errors.New("shared tier unreachable")
+	}
+	if n := 40 + len(request); n > MaxPurgeRecord {
+		return 0, 0, fmt.Errorf("purge record of %d bytes, over %d", n, MaxPurgeRecord)
 	}
 	ps := &r.purges
 	ps.mu.Lock()
@@ -142,11 +198,14 @@ func (r *Redis) purgePoll() time.Duration {
 // judging entries read from Redis, not applied to a memory that was empty
 // then). lost says records this node should have applied are gone: it
 // must drop its memory cache. floor says entries whose answers are older
-// than at are purged.
-func (r *Redis) WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64)) {
+// than at are purged: it is called on every read with what Redis holds
+// (0: none), which may be less than before. refused says what Redis held
+// that no node publishes (reason "purge_seq", "purge_floor" or
+// "purge_record"): the node counts it and logs it, sampled.
+func (r *Redis) WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string)) {
 	ps := &r.purges
 	ps.mu.Lock()
-	ps.watch, ps.started, ps.last = &purgeWatch{apply, lost, floor}, time.Now().UnixNano(), -1
+	ps.watch, ps.started, ps.last = &purgeWatch{apply, lost, floor, refused}, time.Now().UnixNano(), -1
 	ps.mu.Unlock()
 	if c := r.live(); c != nil {
 		r.syncPurges(c)
@@ -169,8 +228,8 @@ func (r *Redis) WatchPurges(apply func(at int64, request []byte, live bool), los
 	}()
 }
 
-// syncPurges applies the records newer than the last one applied. It
-// reports whether Redis answered.
+// syncPurges applies the records newer than the last one read, a page at
+// a time, each record once. It reports whether Redis answered.
 func (r *Redis) syncPurges(c rueidis.Client) bool {
 	ps := &r.purges
 	ps.mu.Lock()
@@ -179,69 +238,129 @@ func (r *Redis) syncPurges(c rueidis.Client) bool {
 	if w == nil {
 		return true
 	}
+	initial := ps.last < 0 // records published before the node watched: remembered
+	after := "(" + strconv.FormatInt(max(ps.last, 0), 10)
+	for page := 0; page <= r.purgeKeep()/purgePage; page++ {
+		next, done, ok := r.syncPage(c, w, after, page == 0, initial)
+		if !ok || done {
+			return ok
+		}
+		after = next
+	}
+	return true // the rest at the next poll
+}
+
+// syncPage reads one page of the log, after the score after (exclusive),
+// and applies it. It returns where the next page starts, and whether the
+// log was read to its end.
+func (r *Redis) syncPage(c rueidis.Client, w *purgeWatch, after string, first, initial bool) (next string, done, ok bool) {
+	ps := &r.purges
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	defer cancel()
-	res := c.DoMulti(ctx, c.B().Get().Key(r.purgeKey("seq")).Build(), c.B().Get().Key(r.purgeKey("floor")).Build(),
-		c.B().Get().Key(r.purgeKey("id")).Build())
-	seq, err := res[0].AsInt64()
-	if !r.purgeRead(err) {
-		return false
+	vals, err := readPurges.Exec(ctx, c, []string{r.purgeKey("seq"), r.purgeKey("floor"), r.purgeKey("id"), r.purgeKey("log")},
+		[]string{after, strconv.Itoa(purgePage), strconv.Itoa(MaxPurgeRecord)}).ToArray()
+	if err != nil {
+		return "", true, r.purgeRead(err)
 	}
-	floor, err := res[1].AsInt64()
-	if !r.purgeRead(err) {
-		return false
+	if len(vals) < 3 || (len(vals)-3)%3 != 0 {
+		return "", true, true // not this script's answer: nothing to apply
 	}
-	id, err := res[2].ToString()
-	if !r.purgeRead(err) {
-		return false
+	seq := r.purgeNumber(vals[0], "purge_seq", &ps.badSeq, w)
+	id, _ := vals[2].ToString()
+	if first {
+		// Every read says what Redis holds, none included: the node's
+		// floor follows it down as well as up.
+		if f, bad := vals[1].ToString(); bad == nil {
+			if n, perr := strconv.ParseInt(f, 10, 64); perr == nil {
+				w.floor(n)
+			} else if f != ps.badFloor {
+				ps.badFloor = f
+				w.refused("purge_floor", "not a number")
+			}
+		} else {
+			w.floor(0)
+		}
+		// seq and id are nil before the first purge, or after Redis lost its data.
+		switch {
+		case ps.last < 0: // first read: everything retained is remembered
+		case ps.id != "" && id != ps.id || seq < ps.last:
+			r.log.Warn("the purge log is not the one this node followed (Redis lost its data?); dropping the memory cache",
+				"seq", seq, "applied", ps.last)
+			w.lost()
+			ps.last, ps.id = 0, id
+			return "(0", false, true // this log, from its start
+		case seq == ps.last:
+			return "", true, true
+		}
+		ps.id = id
 	}
-	if floor > 0 {
-		w.floor(floor)
-	}
-	// seq and id are nil before the first purge, or after Redis lost its data.
-	switch {
-	case ps.last < 0: // first read: everything retained is remembered
-	case ps.id != "" && id != ps.id || seq < ps.last:
-		r.log.Warn("the purge log is not the one this node followed (Redis lost its data?); dropping the memory cache",
-			"seq", seq, "applied", ps.last)
-		w.lost()
-		ps.last = 0
-	case seq == ps.last:
-		return true
-	}
-	ps.id = id
-	recs, err := c.Do(ctx, c.B().Zrangebyscore().Key(r.purgeKey("log")).Min("("+strconv.FormatInt(max(ps.last, 0), 10)).Max("+inf").Build()).AsStrSlice()
-	if !r.purgeRead(err) {
-		return false
-	}
-	first := true
-	for _, rec := range recs {
-		n, at, req, ok := parseRecord(rec)
-		if !ok {
-			r.log.Warn("purge record unreadable; skipped", "record_bytes", len(rec))
+	recs := vals[3:]
+	for i := 0; i < len(recs); i += 3 {
+		score, _ := recs[i].ToString()
+		size, _ := recs[i+1].AsInt64()
+		rec, _ := recs[i+2].ToString()
+		next = "(" + score
+		n, nerr := strconv.ParseInt(score, 10, 64)
+		if nerr != nil || n <= ps.last {
+			// A number no publish gives (a fraction), or one read already
+			// (a second record under one number): forged.
+			w.refused("purge_record", "not a sequence number of its own: "+score)
 			continue
 		}
-		if first && ps.last >= 0 && n > ps.last+1 {
+		if first && i == 0 && ps.last >= 0 && n > ps.last+1 {
 			r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "oldest_kept", n)
 			w.lost()
 		}
-		first = false
-		if !ps.own[n] {
-			w.apply(at, req, ps.last >= 0 || at >= ps.started)
-		}
+		ps.last = n
+		_, own := ps.own[n]
 		delete(ps.own, n)
+		switch {
+		case size > MaxPurgeRecord:
+			w.refused("purge_record", "record of "+strconv.FormatInt(size, 10)+" bytes, over "+strconv.Itoa(MaxPurgeRecord))
+			continue
+		case own:
+			continue
+		}
+		m, at, req, ok := parseRecord(rec)
+		if !ok || m != n {
+			w.refused("purge_record", "unreadable record of "+strconv.Itoa(len(rec))+" bytes")
+			continue
+		}
+		w.apply(at, req, !initial || at >= ps.started)
 	}
-	if first && ps.last >= 0 && seq > ps.last {
+	if len(recs)/3 == purgePage {
+		return next, false, true
+	}
+	// A short page: every record up to seq is read.
+	if first && len(recs) == 0 && ps.last >= 0 && seq > ps.last {
 		r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "seq", seq)
 		w.lost()
 	}
+	ps.last = max(ps.last, seq)
 	for n := range ps.own {
 		if n <= seq { // read above, or trimmed before it could be
 			delete(ps.own, n)
 		}
 	}
-	ps.last = seq
-	return true
+	return "", true, true
+}
+
+// purgeNumber reads the log's counter: absent is 0, and so is what is no
+// number, refused (and said once for each such value).
+func (r *Redis) purgeNumber(v rueidis.RedisMessage, reason string, bad *string, w *purgeWatch) int64 {
+	s, err := v.ToString()
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		if s != *bad {
+			*bad = s
+			w.refused(reason, "not a number")
+		}
+		return 0
+	}
+	return n
 }
 
 // purgeRead reports whether a read of the purge log was answered (nil

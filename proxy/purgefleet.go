@@ -19,9 +19,21 @@ type purgeFleet interface {
 	// or counts (soft) the Redis entries of keys.
 	PublishPurge(at int64, request []byte, keys []string, soft bool, retain time.Duration) (seq int64, found int, err error)
 	// WatchPurges follows the log: apply for the other nodes' purges,
-	// lost when records were missed, floor when old answers are purged.
-	WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64))
+	// lost when records were missed, floor with the fleet's floor at every
+	// read (old answers are purged), refused for what Redis held that no
+	// node publishes.
+	WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string))
 }
+
+// purgeSkew is how far ahead of this node's clock a time read from the
+// fleet's purge log (a record's, the floor) may be: the nodes' clocks
+// differ by milliseconds under NTP, and auth.max_skew gives clients 30 s.
+// A time further ahead is no node's: taken, a floor ten years ahead would
+// make every entry older than it (all of them) a miss for ten years, and a
+// record would never age out. Such a time is refused, counted in
+// shared_rejected_total{reason="purge_floor"} or {reason="purge_record"}.
+// One within it costs at most 30 s of misses.
+const purgeSkew = 30 * time.Second
 
 // joinFleet puts the purge log between the proxy and a shared tier that
 // carries purges, and starts following the fleet's purges.
@@ -36,7 +48,31 @@ func (p *Proxy) joinFleet() {
 	}
 	p.fleet = f
 	p.tier = purgedTier{Tier: p.tier, p: p}
-	f.WatchPurges(p.fleetPurge, p.purgesLost, p.purges.raiseFloor)
+	f.WatchPurges(p.fleetPurge, p.purgesLost, p.fleetFloor, p.purgeRefused)
+}
+
+// fleetFloor takes the fleet's floor (0: none), unless it is from the
+// future: then the one taken before stays.
+func (p *Proxy) fleetFloor(at int64) {
+	now := p.clock()
+	if at > now.Add(purgeSkew).UnixNano() {
+		if p.purges.refuseFloor(at) {
+			p.purgeRefused("purge_floor", "from the future: "+time.Unix(0, at).Sub(now).String()+" ahead")
+		}
+		return
+	}
+	p.purges.sharedFloor(at)
+}
+
+// purgeRefused counts what the fleet's purge log held that no node
+// publishes, and logs it, sampled: whoever can write to Redis can fill
+// the log with it.
+func (p *Proxy) purgeRefused(reason, why string) {
+	p.metrics.SharedRejected.WithLabelValues(reason).Inc()
+	const msg = "purge state in Redis refused"
+	if ok, suppressed := p.sampleWarn(repeatKey{msg: msg, code: reason}); ok {
+		p.log.Warn(msg, "reason", reason, "why", why, "suppressed", suppressed)
+	}
 }
 
 // fleetPurge applies a purge another node published at at (unix ns).
@@ -44,14 +80,18 @@ func (p *Proxy) joinFleet() {
 // this node fetched since is newer than the purge. Records published
 // before this node started (live false) are remembered, not applied.
 func (p *Proxy) fleetPurge(at int64, request []byte, live bool) {
+	now := p.clock()
+	if at > now.Add(purgeSkew).UnixNano() {
+		p.purgeRefused("purge_record", "from the future: "+time.Unix(0, at).Sub(now).String()+" ahead")
+		return
+	}
 	s := p.settings.Load()
 	sel, perr := p.parsePurge(request, s)
 	if perr != nil {
-		p.log.Warn("purge from the fleet unreadable; skipped", "err", perr.Msg)
+		p.purgeRefused("purge_record", "unreadable: "+perr.Msg)
 		return
 	}
 	sel.before = at
-	now := p.clock()
 	p.purges.add(purgeRecord{at: at, sel: sel}, now.Add(-p.keepPurges()).UnixNano())
 	if !live {
 		return

@@ -27,9 +27,13 @@ type purgeLog struct {
 	mu   sync.Mutex
 	recs atomic.Pointer[[]purgeRecord]
 	// floor: an entry whose answer is older than this is purged (hard),
-	// whatever it is. Set when the log lost records it should hold (a node
-	// that missed more purges than the fleet keeps).
+	// whatever it is: the higher of trimmed and shared.
 	floor atomic.Int64
+	// trimmed rises when this log drops records for room; shared is the
+	// fleet's floor as Redis last said it, and follows it down as well as
+	// up (a floor deleted or expired in Redis holds nothing back any
+	// more); refused is the last one refused as from the future. Under mu.
+	trimmed, shared, refused int64
 }
 
 // maxPurgeRecords bounds the log. Beyond it the oldest records go and the
@@ -51,7 +55,8 @@ func (l *purgeLog) add(r purgeRecord, since int64) {
 	}
 	if n := len(old) - i + 1; n > maxPurgeRecords {
 		drop := n - maxPurgeRecords
-		l.raiseFloor(old[i+drop-1].at)
+		l.trimmed = max(l.trimmed, old[i+drop-1].at)
+		l.floor.Store(max(l.trimmed, l.shared))
 		i += drop
 	}
 	recs := make([]purgeRecord, 0, len(old)-i+1)
@@ -68,13 +73,25 @@ func (l *purgeLog) add(r purgeRecord, since int64) {
 	l.recs.Store(&recs)
 }
 
-func (l *purgeLog) raiseFloor(at int64) {
-	for {
-		f := l.floor.Load()
-		if at <= f || l.floor.CompareAndSwap(f, at) {
-			return
-		}
+// sharedFloor takes the fleet's floor as Redis says it (0: none).
+func (l *purgeLog) sharedFloor(at int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shared = at
+	l.floor.Store(max(l.trimmed, l.shared))
+}
+
+// refuseFloor notes a floor refused (as from the future) and reports
+// whether it is another one than the last: each is said once, not at
+// every poll.
+func (l *purgeLog) refuseFloor(at int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if at == l.refused {
+		return false
 	}
+	l.refused = at
+	return true
 }
 
 // after reports whether a purge may have selected an answer fetched at
