@@ -61,21 +61,21 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code
 		slog.String("client_ip", s.auth.clientIP(ctx).String()),
 		slog.String("request_id", string(ctx.Response.Header.PeekBytes(hdrRequestID))),
 	)
-	if c := s.auth.clientOf(&ctx.Request.Header); c != nil {
+	if c := s.auth.clientOf(ctx); c != nil {
 		attrs = append(attrs, slog.String("client", c.name))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 }
 
 // account counts an answered request on its client's series: the signed
-// client that passed admission, or anonymous when auth is off. A request
-// that failed the signature check is no client's (its key may be anyone's).
+// client whose signature admission verified, or anonymous when auth is
+// off. Any other request is no client's (its key may be anyone's).
 func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	a := p.settings.Load().auth
 	t := a.anon
 	if a.signed {
-		c := a.clientOf(&ctx.Request.Header)
-		if c == nil || ctx.Response.StatusCode() == fasthttp.StatusUnauthorized {
+		c := a.clientOf(ctx)
+		if c == nil {
 			return
 		}
 		t = c.tenant
@@ -92,11 +92,35 @@ func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	t.acct.Answered(result, n)
 }
 
-// clientOf is the configured client whose api key the request carries, or
-// nil (auth off, no key, or a key of no client).
-func (a *admission) clientOf(h *fasthttp.RequestHeader) *client {
+// verifiedKey is the user value of a request holding what admission
+// found: the client whose signature it verified, or a nil *client when it
+// refused the request (a zero-size key: no allocation).
+type verifiedKey struct{}
+
+// setVerified records admission's verdict on ctx: c verified (nil:
+// refused). Only with auth.mode signed.
+func (a *admission) setVerified(ctx *fasthttp.RequestCtx, c *client) {
+	if a.signed {
+		ctx.SetUserValue(verifiedKey{}, c)
+	}
+}
+
+// clientOf is the client a request is counted and logged as: the one
+// whose signature admission verified. A request refused before admission
+// (an unknown path, a method, a framing refusal) has its signature checked
+// here, so that a signed client's 404 is still its own; one that carries a
+// client's key but no valid signature is no client's (the key is public).
+func (a *admission) clientOf(ctx *fasthttp.RequestCtx) *client {
 	if !a.signed {
 		return nil
 	}
-	return a.clients[string(h.PeekBytes(hdrKey))]
+	if c, admitted := ctx.UserValue(verifiedKey{}).(*client); admitted {
+		return c
+	}
+	c, err := a.verify(&ctx.Request.Header, time.Now())
+	if err != nil {
+		return nil
+	}
+	a.setVerified(ctx, c) // the access line and the accounting ask both
+	return c
 }

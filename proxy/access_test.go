@@ -57,7 +57,7 @@ func TestAccessLog(t *testing.T) {
 		{blocks, accessSecret, "block-list", 200, "0", "miss", true},
 		{blocks, accessSecret, "block-list", 200, "0", "hit", true},
 		{bad, accessSecret, "block-list", 400, "50036", "none", true},
-		{blocks, "wrong-secret", "block-list", 401, "50113", "none", true},
+		{blocks, "wrong-secret", "block-list", 401, "50113", "none", false}, // a key without its signature is no client's
 		{"/api/v5/chainx/nowhere", accessSecret, "unknown", 404, "404", "none", true},
 	}
 	for i, c := range cases {
@@ -75,6 +75,9 @@ func TestAccessLog(t *testing.T) {
 		}
 		if c.client && l["client"] != "web" {
 			t.Errorf("request %d: client %v, want web", i, l["client"])
+		}
+		if !c.client && l["client"] != nil {
+			t.Errorf("request %d: client %v, want none", i, l["client"])
 		}
 	}
 	// An unsigned request names no client.

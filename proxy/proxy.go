@@ -312,6 +312,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	// Auth comes before the cache: a cached answer is never given to a
 	// caller that could not have fetched it.
 	c, err := s.auth.admit(ctx, start)
+	s.auth.setVerified(ctx, c)
 	if err != nil {
 		p.fail(ctx, r.id, start, err)
 		return c

@@ -56,13 +56,39 @@ func newTracing(tp trace.TracerProvider) *tracing {
 // traceKey is the request's user value holding its span's context.
 const traceKey = "explorer-edge.trace"
 
-// headerCarrier reads and writes fasthttp request headers for the
-// propagator.
+// maxTraceState is the most of a client's tracestate the edge takes: the
+// W3C Trace Context's 512 characters a vendor may expect to be kept
+// (section 3.3.1.5); a longer one is dropped whole, never cut.
+const maxTraceState = 512
+
+// headerCarrier reads a client's trace context from its request headers
+// for the propagator: its traceparent, and its tracestate when it is
+// within maxTraceState.
 type headerCarrier struct{ h *fasthttp.RequestHeader }
 
-func (c headerCarrier) Get(key string) string { return string(c.h.Peek(key)) }
-func (c headerCarrier) Set(key, value string) { c.h.Set(key, value) }
+func (c headerCarrier) Get(key string) string {
+	v := c.h.Peek(key)
+	if len(v) > maxTraceState && key == "tracestate" {
+		return ""
+	}
+	return string(v)
+}
+func (c headerCarrier) Set(key, value string) {}
 func (c headerCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }
+
+// upstreamCarrier writes the edge's own trace context on an upstream call:
+// the traceparent of the attempt's span only. The client's tracestate is
+// its own vendors' business and is not forwarded (it was, verbatim, up to
+// 32 members of any size, on every call).
+type upstreamCarrier struct{ h *fasthttp.RequestHeader }
+
+func (c upstreamCarrier) Get(string) string { return "" }
+func (c upstreamCarrier) Set(key, value string) {
+	if key == "traceparent" {
+		c.h.Set(key, value)
+	}
+}
+func (c upstreamCarrier) Keys() []string { return []string{"traceparent"} }
 
 // handleTraced is Handle inside a request span.
 func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {

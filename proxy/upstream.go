@@ -184,7 +184,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
 	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
 	if tc != nil { // the attempt's span is the upstream's parent
-		propagation.TraceContext{}.Inject(tc, headerCarrier{&req.Header})
+		propagation.TraceContext{}.Inject(tc, upstreamCarrier{&req.Header})
 	}
 
 	start := time.Now()
