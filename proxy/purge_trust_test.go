@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -366,5 +367,28 @@ func TestFleetPurgeAppliedOnce(t *testing.T) {
 		if n := testutil.ToFloat64(e.m.Purges.WithLabelValues("all", "hard")); n != 2*each {
 			t.Errorf("edge %d: purges_total{selector=all} = %v, want %d: each purge once", i, n, 2*each)
 		}
+	}
+}
+
+// TestFleetPurgeRecordBoundFitsTheLongestPurge: fleet.MaxPurgeRecord
+// refuses no purge a node publishes. The longest is a soft url purge of
+// a per-hash route with its 20 hashes and every parameter.
+func TestFleetPurgeRecordBoundFitsTheLongestPurge(t *testing.T) {
+	h := newHarness(t, withPurgeToken)
+	hashes := make([]string, maxHashes)
+	for i := range hashes {
+		hashes[i] = fmt.Sprintf("0x%064x", i+1)
+	}
+	url := "/api/v5/chainx/transaction/internal-transaction-multi?chainShortName=chainx&page=999999&limit=100&txId=" + strings.Join(hashes, ",")
+	sel, perr := h.p.parsePurge([]byte(`{"url":"`+url+`","soft":true}`), h.p.settings.Load())
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	req, _ := json.Marshal(sel.req)
+	// "seq at request": two int64s and two spaces.
+	if n := 19 + 1 + 19 + 1 + len(req); n > fleet.MaxPurgeRecord/2 {
+		t.Fatalf("the longest purge record is %d bytes: fleet.MaxPurgeRecord (%d) leaves less than twice its room", n, fleet.MaxPurgeRecord)
+	} else {
+		t.Logf("the longest purge record: %d bytes of %d", n, fleet.MaxPurgeRecord)
 	}
 }
