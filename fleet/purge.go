@@ -77,7 +77,7 @@ local function get(k)
 end
 local seq = get(KEYS[1])
 local out = {seq, get(KEYS[2]), get(KEYS[3])}
-if not seq or #seq > 18 or not string.match(seq, "^%d+$") then return out end
+if not seq or #seq > 16 or not string.match(seq, "^%d+$") or tonumber(seq) > 9007199254740992 then return out end
 local recs = redis.pcall("ZRANGEBYSCORE", KEYS[4], ARGV[1], seq, "WITHSCORES", "LIMIT", 0, tonumber(ARGV[2]))
 if type(recs) ~= "table" or recs.err then return out end
 local bound = tonumber(ARGV[3])
@@ -345,15 +345,19 @@ func (r *Redis) syncPage(c rueidis.Client, w *purgeWatch, after string, first, i
 	return "", true, true
 }
 
+// maxPurgeSeq is the largest sequence number a score holds exactly (2^53).
+const maxPurgeSeq = 1 << 53
+
 // purgeNumber reads the log's counter: absent is 0, and so is what is no
-// number, refused (and said once for each such value).
+// number or one no score holds exactly, refused (and said once for each
+// such value).
 func (r *Redis) purgeNumber(v rueidis.RedisMessage, reason string, bad *string, w *purgeWatch) int64 {
 	s, err := v.ToString()
 	if err != nil {
 		return 0
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
+	if err != nil || n < 0 || n > maxPurgeSeq {
 		if s != *bad {
 			*bad = s
 			w.refused(reason, "not a number")

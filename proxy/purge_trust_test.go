@@ -392,3 +392,35 @@ func TestFleetPurgeRecordBoundFitsTheLongestPurge(t *testing.T) {
 		t.Logf("the longest purge record: %d bytes of %d", n, fleet.MaxPurgeRecord)
 	}
 }
+
+// TestFleetPurgeCounterNotANumberRefused: a counter that is no number
+// failed every read of the log as an error, which took every node off
+// Redis, and the catch-up before it rejoined failed the same way: the
+// fleet served alone for good. Now it reads as no counter, refused and
+// counted once; deleted, the log goes on.
+func TestFleetPurgeCounterNotANumberRefused(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2, withPurgeToken)
+	rc := newPurgeRedis(t, h, rdb)
+	e := edges[0]
+	rc.set("seq", "not a number")
+	deadline := time.Now().Add(10 * time.Second)
+	for e.rejected("purge_seq") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the node to refuse the counter (shared_up %v)", testutil.ToFloat64(e.m.SharedUp))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	target := finalTarget(h, 3)
+	if !cachedTwice(t, e, target) {
+		t.Fatal("the node keeps nothing")
+	}
+	if r := edges[1].get(target); !strings.Contains(r.header["Cache-Status"], "shared") {
+		t.Fatalf("the other node: %q, want the entry the first stored in Redis", r.header["Cache-Status"])
+	}
+	if up, n := testutil.ToFloat64(e.m.SharedUp), e.rejected("purge_seq"); up != 1 || n != 1 {
+		t.Fatalf("shared_up %v, shared_rejected_total{reason=purge_seq} %v: want 1 and 1", up, n)
+	}
+	rc.del("seq")
+	markRead(t, edges[1], e)
+}
