@@ -33,6 +33,9 @@ type hashCall struct {
 	records []byte // the hash's records, comma-separated JSON objects
 	entry   *cache.Entry
 	err     error
+	// needed: a request waits on it with no copy of the hash that could
+	// stand in if the call fails (under batcher.mu, read when it is sent).
+	needed bool
 }
 
 type batchGroup struct {
@@ -154,7 +157,11 @@ func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *tenan
 		for i, k := range keys {
 			hashes[i] = k[strings.LastIndexByte(k, '|')+1:]
 		}
-		p.batch.fetch(s, chain, hashes, true, t)
+		haveCopy := make([]bool, len(hashes)) // served stale: each has its copy
+		for i := range haveCopy {
+			haveCopy[i] = true
+		}
+		p.batch.fetch(s, chain, hashes, haveCopy, t)
 	})
 }
 
@@ -168,8 +175,16 @@ func (b *batchParts) fetch(p *Proxy, s *settings, chain string) error {
 	for j, i := range b.need {
 		need[j] = b.hashes[i]
 	}
+	// Each hash says for itself whether a copy of it can stand in: a stale
+	// hash beside it, refreshed apart, cannot (it made the call refuse
+	// at once what it would have waited budget_wait for alone).
+	now := p.clock().UnixNano()
+	haveCopy := make([]bool, len(b.need))
+	for j, i := range b.need {
+		haveCopy[j] = b.items[i].UsableOnError(now)
+	}
 	var err error
-	for j, c := range p.batch.fetch(s, chain, need, len(b.stale) > 0, b.tenant) {
+	for j, c := range p.batch.fetch(s, chain, need, haveCopy, b.tenant) {
 		if c.err != nil {
 			err = c.err
 			continue
@@ -239,30 +254,34 @@ func assemble(key string, items []*cache.Entry) (*cache.Entry, []byte) {
 }
 
 // fetch returns one call per hash, fetching those not already under way in
-// gathered groups, and waits for them.
-func (b *batcher) fetch(s *settings, chain string, hashes []string, haveStale bool, t *tenant) []*hashCall {
+// gathered groups, and waits for them. haveCopy[i] tells whether hashes[i]
+// has a copy that can stand in if its call fails: a call waits for the
+// budget unless every hash it asks has one, whoever opened its group.
+func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []bool, t *tenant) []*hashCall {
 	calls := make([]*hashCall, len(hashes))
 	b.mu.Lock()
 	for i, h := range hashes {
 		k := hashKey(chain, h)
 		if c, ok := b.flying[k]; ok {
+			// Joined: if it is not sent yet, it waits for this request too.
+			c.needed = c.needed || !haveCopy[i]
 			calls[i] = c
 			continue
 		}
-		c := &hashCall{done: make(chan struct{})}
+		c := &hashCall{done: make(chan struct{}), needed: !haveCopy[i]}
 		b.flying[k] = c
 		calls[i] = c
 		g := b.open[chain]
 		if g == nil {
 			g = &batchGroup{chain: chain, tenant: t}
 			b.open[chain] = g
-			time.AfterFunc(time.Duration(b.window.Load()), func() { b.dispatch(s, g, haveStale) })
+			time.AfterFunc(time.Duration(b.window.Load()), func() { b.dispatch(s, g) })
 		}
 		g.hashes = append(g.hashes, h)
 		g.calls = append(g.calls, c)
 		if len(g.hashes) == maxHashes {
 			delete(b.open, chain)
-			go b.send(s, g, haveStale)
+			go b.send(s, g)
 		}
 	}
 	b.mu.Unlock()
@@ -274,7 +293,7 @@ func (b *batcher) fetch(s *settings, chain string, hashes []string, haveStale bo
 
 // dispatch sends a group when its window closes, unless it filled up and
 // left already.
-func (b *batcher) dispatch(s *settings, g *batchGroup, haveStale bool) {
+func (b *batcher) dispatch(s *settings, g *batchGroup) {
 	b.mu.Lock()
 	if b.open[g.chain] != g {
 		b.mu.Unlock()
@@ -282,12 +301,13 @@ func (b *batcher) dispatch(s *settings, g *batchGroup, haveStale bool) {
 	}
 	delete(b.open, g.chain)
 	b.mu.Unlock()
-	b.send(s, g, haveStale)
+	b.send(s, g)
 }
 
 // send makes one upstream transaction-multi call for the group and hands
-// each hash its records.
-func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
+// each hash its records. The call waits for the budget (budget_wait)
+// unless no one needs it: every hash it asks has a copy to stand in.
+func (b *batcher) send(s *settings, g *batchGroup) {
 	p := b.p
 	r := &routes[routeTransactionMulti]
 	finish := func(i int, records []byte, e *cache.Entry, err error) {
@@ -311,6 +331,14 @@ func (b *batcher) send(s *settings, g *batchGroup, haveStale bool) {
 	if len(ask) == 0 {
 		return
 	}
+	haveStale := true
+	b.mu.Lock()
+	for _, i := range ask {
+		if g.calls[i].needed {
+			haveStale = false
+		}
+	}
+	b.mu.Unlock()
 	var key strings.Builder
 	key.WriteString(r.path + "?chainShortName=" + g.chain + "&txId=")
 	for j, i := range ask {
