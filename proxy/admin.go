@@ -7,12 +7,22 @@ import (
 )
 
 // AdminHandler serves /metrics, /healthz, /readyz and POST /purge
-// (purge.go) on the admin listener.
+// (purge.go) on the admin listener; on a connection of its health reserve,
+// /healthz and /readyz only.
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	metricsHandler := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
 	return func(ctx *fasthttp.RequestCtx) {
 		defer p.recoverRequest(ctx, "admin")
-		switch string(ctx.Path()) {
+		path := string(ctx.Path())
+		if healthOnly(ctx.Conn()) {
+			// A place beyond admin_max_conns (AdminListener): one probe.
+			defer ctx.SetConnectionClose()
+			if path != "/healthz" && path != "/readyz" {
+				adminError(ctx, errAdminHealthOnly)
+				return
+			}
+		}
+		switch path {
 		case "/metrics":
 			metricsHandler(ctx)
 		case "/healthz":
@@ -33,3 +43,6 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 		}
 	}
 }
+
+var errAdminHealthOnly = &Error{Status: 503, Code: "50001",
+	Msg: "Service temporarily unavailable: admin_max_conns connections open; beyond them, /healthz and /readyz only"}

@@ -25,6 +25,10 @@ type ListenerConfig struct {
 	MaxConns      int    // connections open at once; beyond it a new one is refused; 0 = no cap
 	MaxConnsPerIP int    // connections open at once from one peer address; 0 = no cap
 	Gather        bool   // hand out tcpio.Conns (the public listener, unless server.plain_conns)
+	// HealthReserve is how many connections are taken beyond MaxConns, each
+	// to ask /healthz or /readyz once (healthOnly), so that connections
+	// held idle up to the cap do not fail the probes; 0 = none.
+	HealthReserve int
 }
 
 // PublicListener is the public listener's guard: server.max_conns and
@@ -32,6 +36,16 @@ type ListenerConfig struct {
 func PublicListener(cfg config.Server) ListenerConfig {
 	return ListenerConfig{Name: "public", MaxConns: cfg.MaxConns, MaxConnsPerIP: cfg.MaxConnsPerIP, Gather: !cfg.PlainConns}
 }
+
+// AdminListener is the admin listener's guard: admin_max_conns, and
+// healthReserve places above it for /healthz and /readyz.
+func AdminListener(cfg config.Config) ListenerConfig {
+	return ListenerConfig{Name: "admin", MaxConns: cfg.AdminMaxConns, HealthReserve: healthReserve}
+}
+
+// healthReserve is how many connections the admin listener takes beyond
+// admin_max_conns for the probes (ListenerConfig.HealthReserve).
+const healthReserve = 4
 
 // concurrencySlack is how far above a listener's cap its fasthttp server's
 // Concurrency is set (see NewServer).
@@ -44,6 +58,7 @@ const (
 	acceptBackoffMax = time.Second          // as net/http's Server waits
 	logInterval      = 10 * time.Second     // at most one warning per listener and kind
 	refuseTimeout    = 100 * time.Millisecond
+	healthHold       = 2 * time.Second // a connection of the health reserve is closed this long after its accept
 )
 
 // Listener wraps ln for a fasthttp server so that neither a flood of
@@ -61,6 +76,12 @@ const (
 //     closed at once: it costs a descriptor for microseconds, where
 //     fasthttp's own caps answer in plain text and its MaxConnsPerIP does
 //     not see IPv6. Counted in connections_refused_total.
+//   - Beyond MaxConns, HealthReserve more connections are taken, for the
+//     probes: each may ask /healthz or /readyz once (healthOnly) and is
+//     closed within 2 s of its accept, asked or not, so that idle
+//     connections up to the cap do not make a probe fail (and a liveness
+//     probe restart a healthy edge), and idle ones do not hold the
+//     reserve either. They count in connections_open.
 //
 // A connection gives back its place when it is closed, after its
 // descriptor is. Serve the listener from one fasthttp server.
@@ -71,6 +92,7 @@ func (p *Proxy) Listener(ln net.Listener, cfg ListenerConfig) net.Listener {
 		cfg:      cfg,
 		log:      p.log.With("listener", cfg.Name),
 		closed:   make(chan struct{}),
+		hold:     healthHold,
 		perIP:    map[netip.Addr]int{},
 		exempt: func(ip netip.Addr) bool {
 			return p.settings.Load().auth.isTrusted(ip.Unmap())
@@ -95,12 +117,14 @@ type guardedListener struct {
 	closed    chan struct{} // closed by Close: a waiting Accept stops waiting
 	closeOnce sync.Once
 	exempt    func(netip.Addr) bool // peers MaxConnsPerIP does not apply to
+	hold      time.Duration         // how long a connection of the health reserve lives
 
 	acceptErrors, refusedMax, refusedIP prometheus.Counter
 	open                                prometheus.Gauge
 	answerMax, answerIP                 []byte // the refusals, whole HTTP answers
 
-	n     atomic.Int64 // connections open
+	n     atomic.Int64 // connections open, but for the health reserve's
+	spare atomic.Int64 // connections open in the health reserve
 	mu    sync.Mutex   // guards perIP
 	perIP map[netip.Addr]int
 
@@ -122,10 +146,13 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		}
 		l.backoff = 0
 		ip := peerAddr(c)
-		counted, answer := l.admit(ip)
+		counted, health, answer := l.admit(ip)
 		if answer != nil {
 			l.refuse(c, answer)
 			continue
+		}
+		if health {
+			return newHealthConn(c, l), nil
 		}
 		return l.wrap(c, counted), nil
 	}
@@ -180,12 +207,18 @@ func (l *guardedListener) acceptFailed(err error) {
 
 // admit takes a place for a new connection from ip, or returns the answer
 // that refuses it. counted is ip if the connection counts toward its
-// address's cap, else the zero Addr.
-func (l *guardedListener) admit(ip netip.Addr) (counted netip.Addr, refuse []byte) {
+// address's cap, else the zero Addr; health is a place of the health
+// reserve.
+func (l *guardedListener) admit(ip netip.Addr) (counted netip.Addr, health bool, refuse []byte) {
 	if n := l.n.Add(1); l.cfg.MaxConns > 0 && n > int64(l.cfg.MaxConns) {
 		l.n.Add(-1)
+		if l.spare.Add(1) <= int64(l.cfg.HealthReserve) {
+			l.open.Inc()
+			return netip.Addr{}, true, nil
+		}
+		l.spare.Add(-1)
 		l.refusedMax.Inc()
-		return netip.Addr{}, l.answerMax
+		return netip.Addr{}, false, l.answerMax
 	}
 	if l.cfg.MaxConnsPerIP > 0 && ip.IsValid() && !l.exempt(ip) {
 		l.mu.Lock()
@@ -194,14 +227,14 @@ func (l *guardedListener) admit(ip netip.Addr) (counted netip.Addr, refuse []byt
 			l.mu.Unlock()
 			l.n.Add(-1)
 			l.refusedIP.Inc()
-			return netip.Addr{}, l.answerIP
+			return netip.Addr{}, false, l.answerIP
 		}
 		l.perIP[ip] = k + 1
 		l.mu.Unlock()
 		counted = ip
 	}
 	l.open.Inc()
-	return counted, nil
+	return counted, false, nil
 }
 
 // release gives back a connection's place; its descriptor is closed.
@@ -259,15 +292,62 @@ func peerAddr(c net.Conn) netip.Addr {
 // slot is a connection's place in its listener's counts (zero: none),
 // given back once, at the first Close.
 type slot struct {
-	l    *guardedListener
-	ip   netip.Addr // counted toward this address's cap, if valid
-	done atomic.Bool
+	l      *guardedListener
+	ip     netip.Addr // counted toward this address's cap, if valid
+	health bool       // a place of the health reserve
+	done   atomic.Bool
 }
 
 func (s *slot) release() {
-	if s.l != nil && s.done.CompareAndSwap(false, true) {
-		s.l.release(s.ip)
+	if s.l == nil || !s.done.CompareAndSwap(false, true) {
+		return
 	}
+	if s.health {
+		s.l.spare.Add(-1)
+		s.l.open.Dec()
+		return
+	}
+	s.l.release(s.ip)
+}
+
+// healthConn is a connection taken in its listener's health reserve: the
+// admin handler answers it /healthz or /readyz only, then closes it
+// (healthOnly), and no deadline the server sets lets a read or a write
+// outlast until.
+type healthConn struct {
+	net.Conn
+	slot  slot
+	until time.Time
+}
+
+func newHealthConn(c net.Conn, l *guardedListener) *healthConn {
+	h := &healthConn{Conn: c, slot: slot{l: l, health: true}, until: time.Now().Add(l.hold)}
+	c.SetDeadline(h.until)
+	return h
+}
+
+func (c *healthConn) Close() error {
+	err := c.Conn.Close()
+	c.slot.release()
+	return err
+}
+
+func (c *healthConn) SetDeadline(t time.Time) error      { return c.Conn.SetDeadline(c.bound(t)) }
+func (c *healthConn) SetReadDeadline(t time.Time) error  { return c.Conn.SetReadDeadline(c.bound(t)) }
+func (c *healthConn) SetWriteDeadline(t time.Time) error { return c.Conn.SetWriteDeadline(c.bound(t)) }
+
+func (c *healthConn) bound(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.until) {
+		return c.until
+	}
+	return t
+}
+
+// healthOnly reports whether c is a connection of a listener's health
+// reserve, which may ask /healthz and /readyz only.
+func healthOnly(c net.Conn) bool {
+	_, ok := c.(*healthConn)
+	return ok
 }
 
 // countedConn keeps *net.TCPConn's methods (fasthttp sets keep-alive

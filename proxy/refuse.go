@@ -82,17 +82,22 @@ func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *Erro
 // shown.
 func (p *Proxy) unreadable(headersTooLarge *Error) func(*fasthttp.RequestCtx, error) {
 	return func(ctx *fasthttp.RequestCtx, err error) {
-		var small *fasthttp.ErrSmallBuffer
-		var ne net.Error
-		e := errUnreadable
-		switch {
-		case errors.As(err, &small):
-			e = headersTooLarge
-		case errors.Is(err, fasthttp.ErrBodyTooLarge):
-			e = errBodyTooLarge
-		case errors.As(err, &ne) && ne.Timeout():
-			e = errReadTimeout
-		}
-		p.fail(ctx, routeUnknown, time.Now(), e)
+		p.fail(ctx, routeUnknown, time.Now(), unreadableError(err, headersTooLarge))
 	}
+}
+
+// unreadableError is the error table's answer to a request fasthttp could
+// not read with err.
+func unreadableError(err error, headersTooLarge *Error) *Error {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		return headersTooLarge
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return errBodyTooLarge
+	case errors.As(err, &ne) && ne.Timeout():
+		return errReadTimeout
+	}
+	return errUnreadable
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -52,6 +54,35 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		Logger:                connLogger{p},
 	}
 }
+
+// NewAdminServer is the admin port's fasthttp server (AdminHandler), with
+// the public server's logging: fasthttp's lines go through connLogger
+// (JSON, sampled, a client's malformed request at debug level only) and
+// its parse errors do not quote the request, which on this port may carry
+// the purge token. A request it cannot read gets an envelope. Serve it on
+// p.Listener(ln, AdminListener(cfg)).
+func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      p.AdminHandler(),
+		Name:         "explorer-edge-admin",
+		ReadTimeout:  10 * time.Second,
+		WriteTimeout: 30 * time.Second,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			adminError(ctx, unreadableError(err, errAdminHeadersTooLarge))
+		},
+		ReadBufferSize: adminHeaderBytes,
+		// The listener caps connections (AdminListener); see NewServer.
+		Concurrency:           AdminListener(cfg).MaxConns + healthReserve + concurrencySlack,
+		SecureErrorLogMessage: true,
+		Logger:                connLogger{p},
+	}
+}
+
+// adminHeaderBytes bounds an admin request's line and headers (fasthttp's
+// default read buffer).
+const adminHeaderBytes = 4096
+
+var errAdminHeadersTooLarge = &Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(adminHeaderBytes) + " bytes"}
 
 // connLogger takes fasthttp's log lines. Those about one client breaking
 // the protocol (a body too large, a malformed request line, a timeout) are

@@ -193,12 +193,11 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	defer signal.Stop(sigs)
 
 	srv := p.NewServer(cfg.Server)
-	admin := &fasthttp.Server{Handler: p.AdminHandler(), Name: "explorer-edge-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
-		Concurrency: cfg.AdminMaxConns + 8} // the listener caps it; see proxy.NewServer
+	admin := p.NewAdminServer(cfg)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(p.Listener(ln, proxy.PublicListener(cfg.Server))) }()
 	go func() {
-		errc <- admin.Serve(p.Listener(adminLn, proxy.ListenerConfig{Name: "admin", MaxConns: cfg.AdminMaxConns}))
+		errc <- admin.Serve(p.Listener(adminLn, proxy.AdminListener(cfg)))
 	}()
 	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
