@@ -29,6 +29,7 @@ type accountCollector struct {
 	names []string
 	calls map[string]*[numOutcomes]prometheus.Counter
 	state func(i int) AccountState
+	lag   *prometheus.GaugeVec // {account,chain}
 }
 
 func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -65,6 +66,23 @@ func (m *Metrics) Accounts(names []string, state func(i int) AccountState) {
 	}
 	m.accounts = c
 	m.Registry.MustRegister(c)
+	c.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_account_head_lag_blocks",
+		Help: "Blocks an account's last answer to a chain's newest block page was behind the newest head the edge had seen (0: current). An account behind is asked after the others."}, []string{"account", "chain"})
+	m.Registry.MustRegister(c.lag)
+	for _, n := range names {
+		for chain := range m.finalHeight {
+			c.lag.WithLabelValues(n, chain)
+		}
+	}
+}
+
+// AccountHeadLag sets how many blocks account name's last head page of
+// chain was behind the head seen.
+func (m *Metrics) AccountHeadLag(name, chain string, blocks int64) {
+	if m.accounts == nil || m.finalHeight[chain] == nil {
+		return
+	}
+	m.accounts.lag.WithLabelValues(name, chain).Set(float64(blocks))
 }
 
 // AccountCall counts an attempt of the account name with its outcome.

@@ -92,6 +92,7 @@ type Metrics struct {
 	Panics         *prometheus.CounterVec // {where}: panics recovered (public, admin, background)
 	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
 	Reorgs         *prometheus.CounterVec // {chain}: reorganizations seen in block lists
+	ReorgProbes    *prometheus.CounterVec // {chain}: block lists asked further back to find a reorganization's fork
 
 	// The listeners, by listener (public, admin).
 	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
@@ -200,8 +201,12 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.Reorgs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorgs_total",
 		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
 	reg.MustRegister(m.Reorgs)
+	m.ReorgProbes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorg_probes_total",
+		Help: "Block lists asked further back than any client asked, to find the fork of a reorganization deeper than the list that showed it."}, []string{"chain"})
+	reg.MustRegister(m.ReorgProbes)
 	for _, c := range chains {
 		m.Reorgs.WithLabelValues(c)
+		m.ReorgProbes.WithLabelValues(c)
 	}
 	for _, s := range PurgeSelectors {
 		for _, mode := range []string{"hard", "soft"} {

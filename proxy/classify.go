@@ -44,48 +44,12 @@ func classifyVolatile(*Proxy, *fetchReq, []byte) cache.Class { return cache.Vola
 // classifyBlockList: every block list is head. Its blocks, once done, never
 // change, but its totalPage and the reachable window (the newest 10000
 // blocks) move with every block, also for a page asked at a height, so no
-// block-list answer is final. Done blocks raise the chain's finalized height.
-func classifyBlockList(p *Proxy, f *fetchReq, body []byte) cache.Class {
-	var maxDone int64
-	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
-		if state, _ := jsonparser.GetString(b, "state"); state != "done" {
-			return
-		}
-		if h, err := jsonparser.GetString(b, "height"); err == nil {
-			if v, err := strconv.ParseInt(h, 10, 64); err == nil && v > maxDone {
-				maxDone = v
-			}
-		}
-	}, "data", "[0]", "blockList")
-	p.observeFinal(f.chain, maxDone)
-	return cache.Head
-}
-
-// observeFinal raises the finalized height of chain to h.
-func (p *Proxy) observeFinal(chain string, h int64) {
-	f, ok := p.final[chain]
-	if !ok || h <= 0 {
-		return
-	}
-	for {
-		cur := f.Load()
-		if h <= cur {
-			return
-		}
-		if f.CompareAndSwap(cur, h) {
-			p.metrics.FinalHeight(chain, h)
-			return
-		}
-	}
-}
+// block-list answer is final. (Its blocks feed chain truth before it is
+// classified: reorg.go.)
+func classifyBlockList(*Proxy, *fetchReq, []byte) cache.Class { return cache.Head }
 
 // FinalHeight is the highest done block seen on chain (0: none yet).
-func (p *Proxy) FinalHeight(chain string) int64 {
-	if f, ok := p.final[chain]; ok {
-		return f.Load()
-	}
-	return 0
-}
+func (p *Proxy) FinalHeight(chain string) int64 { return p.truth.Final(chain) }
 
 // classifyTransactionList: a block at or below the finalized height whose
 // transactions are none pending is final; anything newer is head.

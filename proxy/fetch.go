@@ -23,12 +23,20 @@ type fetchReq struct {
 	// trace is the span the fetch's spans are children of; nil when
 	// tracing is off.
 	trace context.Context
+	// headList: the question is the chain's newest block page, whose
+	// answer must not be behind the head seen (reorg.go).
+	headList bool
+	// observe feeds chain truth with a success's body (set by fill, with
+	// the time the question left) and says how many blocks a head page is
+	// behind the head seen; the pool asks another account then.
+	observe func(body []byte) (behind int64)
 }
 
 // request is q as a question for the upstream.
 func (q *query) request(haveStale, background bool) *fetchReq {
 	f := &fetchReq{route: q.route, key: string(q.key), chain: string(q.chain), height: q.height,
-		haveStale: haveStale, background: background, tenant: q.tenant, trace: q.trace}
+		haveStale: haveStale, background: background, tenant: q.tenant, trace: q.trace,
+		headList: isHeadList(q.route.id, q.height, q.page)}
 	if q.nHashes > 0 {
 		f.hashes = make([]string, q.nHashes)
 		for i := range f.hashes {
@@ -44,4 +52,5 @@ type upstreamAnswer struct {
 	status int
 	code   string
 	body   []byte
+	behind int64 // a head page this many blocks behind the head seen, from the last account asked
 }

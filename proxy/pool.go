@@ -210,11 +210,14 @@ func (pl *pool) lockedUntil(now time.Time) (time.Time, bool) {
 	return first, !first.IsZero()
 }
 
-// failing names the accounts that are failing: breaker open, or their
-// latest attempts failed (an error ratio of 0.2 or more: the moving
-// average after one failure). Those are asked only when no other account
-// can be.
+// failing names, among several accounts, those that are failing: breaker
+// open, or their latest attempts failed (an error ratio of 0.2 or more:
+// the moving average after one failure). Those are asked only when no
+// other account can be.
 func (pl *pool) failing() string {
+	if len(pl.accts) < 2 {
+		return "" // alone, its breaker and lock-out say it all
+	}
 	var names []string
 	for _, u := range pl.accts {
 		if u.breakerOpen() || u.health.errorRatio() >= 0.2 {
@@ -280,6 +283,10 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 				refused, refusedBy, avoid = a, u, u
 				continue
 			}
+			if a.behind = pl.behind(u, f, a); a.behind > 0 && attempt < cfg.Retries && pl.another(u) {
+				avoid = u // a head page behind the head seen: another account may be current
+				continue
+			}
 			return a, nil
 		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
@@ -312,6 +319,24 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		avoid = nil
 		time.Sleep(backoff)
 	}
+}
+
+// behind feeds chain truth with a success of u to f (fetchReq.observe) and
+// returns how many blocks its head page is behind the head seen. An
+// account behind is failing for its health (asked after the others) and
+// its lag is a gauge; a current head page sets the gauge to 0.
+func (pl *pool) behind(u *upstream, f *fetchReq, a upstreamAnswer) int64 {
+	if f.observe == nil || a.code != "0" || a.status != 200 {
+		return 0
+	}
+	lag := f.observe(a.body)
+	if lag > 0 {
+		u.health.fail()
+	}
+	if f.headList {
+		pl.m.AccountHeadLag(u.name, f.chain, lag)
+	}
+	return lag
 }
 
 // attempt makes one call of f on u through u's breaker, in a span of its

@@ -21,6 +21,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/truth"
 )
 
 // settings are the parts of the configuration a reload may change. They are
@@ -47,11 +48,10 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier      // second cache tier and fleet coordination; nil on a single node
 	fetching *inflight // bytes of upstream answers being read and stored (inflight.go)
-	final    map[string]*atomic.Int64
-	chains   []string                // upper case, in configured order: the chain tags (tags.go)
-	purges   purgeLog                // recent purges, judging answers stored after them (purgelog.go)
-	fleet    purgeFleet              // the shared tier's purge log; nil on a single node (purgefleet.go)
-	blocks   map[string]*chainBlocks // block hashes seen, by chain (reorg.go)
+	truth    *truth.Chains // heads, finalized heights, recent hashes, reorganizations (reorg.go)
+	chains   []string      // upper case, in configured order: the chain tags (tags.go)
+	purges   purgeLog      // recent purges, judging answers stored after them (purgelog.go)
+	fleet    purgeFleet    // the shared tier's purge log; nil on a single node (purgefleet.go)
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -93,7 +93,7 @@ type Options struct {
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
 	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: newTracing(o.Tracer),
-		final: map[string]*atomic.Int64{}, refreshing: map[string]struct{}{}}
+		refreshing: map[string]struct{}{}}
 	// An eighth of the cache's bytes in answers being fetched at once, and
 	// never less than one answer of the largest size.
 	p.fetching = newInflight(max(cfg.Cache.MaxBytes/8, int64(cfg.Upstream.MaxResponseBytes)))
@@ -107,11 +107,8 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if o.Tier != nil {
 		p.tier = checkedTier{Tier: o.Tier, p: p}
 	}
-	for _, c := range s.chains {
-		p.final[c] = new(atomic.Int64)
-	}
 	p.chains = s.chains
-	p.blocks = newBlocks(s.chains)
+	p.truth = truth.New(s.chains)
 	p.cache.SetTagger(p.tagEntry)
 	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
@@ -408,6 +405,13 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	case a.cached:
 		result, st = metrics.ResultHit, statusHit
 	}
+	if a.behind && old != nil {
+		// The head never goes back: the copy at hand, older in age but
+		// newer in blocks, stands in.
+		p.writeEntry(ctx, q, old, now, statusStaleBehind)
+		p.done(ctx, id, metrics.ResultStaleError, start)
+		return
+	}
 	if a.entry != nil {
 		if !a.stored && st == statusMiss {
 			st = statusMissNotStored
@@ -476,6 +480,9 @@ type answer struct {
 	// revalidate: entry is a copy from the shared tier within
 	// stale_while_revalidate, served at once; it wants a refresh.
 	revalidate bool
+	// behind: entry is a head page behind the head seen, not stored; a
+	// copy of the request's own is served instead when there is one.
+	behind bool
 }
 
 // load fetches f's key through the flight: concurrent identical misses
@@ -521,6 +528,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 		_, ts := p.tr.span(f.trace, "shared.get")
 		e := p.tier.Get(key, p.clock())
 		endSpan(ts, nil)
+		if e != nil && p.observeEntry(f, e) > 0 {
+			e = nil // another node's head page, behind the head seen: not served
+		}
 		switch e.StateAt(p.clock().UnixNano()) {
 		case cache.Fresh:
 			p.cache.Set(e, p.clock())
@@ -541,7 +551,7 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 		unlock, e := p.tier.Lock(key, p.clock)
 		endSpan(ts, nil)
 		defer unlock()
-		if e != nil { // another node fetched it while we waited
+		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
 			p.cache.Set(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
@@ -554,7 +564,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	asked := p.clock()
 	var up upstreamAnswer
 	if err == nil {
-		up, err = p.up.fetch(f)
+		g := *f
+		g.observe = func(body []byte) int64 { return p.observe(f, body, asked.UnixNano()) }
+		up, err = p.up.fetch(&g)
 	}
 	if err == nil {
 		a := p.store(s, f, asked, up)
@@ -586,6 +598,11 @@ func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnsw
 	class := r.classify(p, f, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
+	if up.behind > 0 {
+		// A head page behind the head seen (every account asked lags):
+		// never stored, and served only when nothing newer is at hand.
+		return &answer{entry: e, behind: true}
+	}
 	now := p.clock()
 	p.cache.Set(e, now)
 	if p.tier != nil {

@@ -433,8 +433,13 @@ type purgeResult struct {
 // it. The purge is logged first: an answer stored while the cache is
 // scanned is judged by it. The error says the fleet was not told.
 func (p *Proxy) purge(sel *selector) (purgeResult, error) {
+	return p.purgeAt(sel, p.clock().UnixNano())
+}
+
+// purgeAt is purge of the answers older than at (unix ns): a reorganization
+// spares the answer that showed it and those stored after it.
+func (p *Proxy) purgeAt(sel *selector, at int64) (purgeResult, error) {
 	now := p.clock()
-	at := now.UnixNano()
 	p.purges.add(purgeRecord{at: at, sel: sel}, now.Add(-p.keepPurges()).UnixNano())
 	res := purgeResult{Selector: sel.kind.String(), Mode: sel.mode()}
 	res.Memory = p.purgeMemory(sel, now)

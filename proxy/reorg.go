@@ -2,111 +2,160 @@ package proxy
 
 import (
 	"math"
-	"sync"
+	"strconv"
+
+	"github.com/buger/jsonparser"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/truth"
 )
 
-// Reorganizations, handled without an operator: every block list stored
-// (from the upstream or the shared tier) tells the hash of each block in
-// it. The edge remembers the hash per height for recent heights; a block
-// list that shows another hash at a height than an older answer did means
-// the chain reorganized from there. The edge then soft-purges what it holds
-// from that height up (refreshed at once, one refresh per key, answered
-// stale meanwhile), except final answers: a reorganization within the
-// pending depth never touches done blocks. One that reaches below the
-// finalized height means the upstream was wrong about finality: it is
-// logged at error and the final answers from that height up are purged
-// (hard) too.
+// Chain truth (package truth) is fed here, explicitly, by the request
+// path: observe is called with every answer that shows blocks (a block
+// list or a transaction list, from the upstream or the shared tier)
+// before it is classified and stored, and acts on the verdict:
+//
+//   - a reorganization found to its fork point is counted and logged once
+//     (at error when it replaced a block called done), and purged, hard,
+//     from the fork up on this node and, through the fleet's purge log, on
+//     every node: an answer of the replaced branch is never served again,
+//     not even as a stand-in for a failure;
+//   - one whose fork lies below the answer (every block it compared
+//     changed) is purged from there at once, and a probe asks block lists
+//     further back until the fork is found;
+//   - a head list behind the newest head seen is not stored (observe
+//     reports how far behind).
 
-// recentBlocks is how many heights per chain the edge remembers a hash for.
-const recentBlocks = 1024
-
-type blockSeen struct {
-	height int64
-	hash   string
-	stored int64 // unix ns the answer showing it was asked
-	done   bool  // the upstream said the block was done (final)
-}
-
-// chainBlocks are the hashes seen on one chain, by height mod recentBlocks.
-type chainBlocks struct {
-	mu   sync.Mutex
-	ring [recentBlocks]blockSeen
-}
-
-// blockRow is a block of a block list.
-type blockRow struct {
-	height int64
-	hash   string
-	done   bool
-}
-
-// observeBlocks remembers the blocks of a block list asked at stored, and
-// reports the lowest height whose hash differs from an older answer's (-1:
-// none), and whether a block replaced was done: the reorganization
-// reaches below the finalized height.
-func (p *Proxy) observeBlocks(chain string, rows []blockRow, stored int64) (low int64, deep bool) {
-	cb := p.blocks[chain]
-	low = -1
-	if cb == nil {
-		return low, false
-	}
-	cb.mu.Lock()
-	defer cb.mu.Unlock()
-	for _, r := range rows {
-		s := &cb.ring[r.height%recentBlocks]
-		switch {
-		case s.height > r.height: // a newer height holds the slot
-		case s.height < r.height || s.hash == "":
-			*s = blockSeen{r.height, r.hash, stored, r.done}
-		case stored < s.stored: // an older answer: it tells nothing new
-		case s.hash != r.hash:
-			if low < 0 || r.height < low {
-				low = r.height
+// chainBlocks reads the blocks an answer of route r shows: every row of a
+// block list; the block of a transaction list (its rows' blockHash). nil
+// for other routes.
+func chainBlocks(r routeID, height int64, body []byte) []truth.Block {
+	var out []truth.Block
+	switch r {
+	case routeBlockList:
+		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+			s, _ := jsonparser.GetString(row, "height")
+			h, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || h < 0 {
+				return
 			}
-			deep = deep || s.done
-			*s = blockSeen{r.height, r.hash, stored, r.done}
-		default:
-			s.stored, s.done = stored, s.done || r.done
+			hash, _ := jsonparser.GetString(row, "hash")
+			state, _ := jsonparser.GetString(row, "state")
+			out = append(out, truth.Block{Height: h, Hash: hash, Done: state == "done"})
+		}, "data", "[0]", "blockList")
+	case routeTransactionList:
+		if height < 0 {
+			return nil
 		}
+		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+			if len(out) > 0 {
+				return
+			}
+			if hash, err := jsonparser.GetString(row, "blockHash"); err == nil && hash != "" {
+				out = append(out, truth.Block{Height: height, Hash: hash})
+			}
+		}, "data", "[0]", "blockList")
 	}
-	return low, deep
+	return out
 }
 
-// reorganized handles a reorganization of chain from height from, seen in
-// an answer asked at at: answers older than that one holding heights from
-// there up are purged (soft; final ones too, hard, when deep: a block the
-// upstream had called done was replaced).
-func (p *Proxy) reorganized(chain string, from, at int64, deep bool) {
-	p.metrics.Reorgs.WithLabelValues(chain).Inc()
-	final := p.FinalHeight(chain)
-	tag := p.chainTag(chain)
-	now := p.clock()
-	sel := func(soft bool, classes uint8) *selector {
-		return &selector{kind: purgeHeights, soft: soft, chain: tag, from: from, to: math.MaxInt64, before: at, classes: classes,
-			req: purgeRequest{Heights: &purgeHeightsIn{Chain: chain, From: from, To: math.MaxInt64}, Soft: soft}}
+// isHeadList reports whether q asks the chain's newest block page: a block
+// list without a height, its first page.
+func isHeadList(r routeID, height, page int64) bool {
+	return r == routeBlockList && height < 0 && page <= 1
+}
+
+// observe feeds chain truth with the blocks of an answer to f asked at
+// asked (unix ns) and acts on the verdict. It returns how many blocks a
+// head list is behind the newest head seen (0: current).
+func (p *Proxy) observe(f *fetchReq, body []byte, asked int64) (behind int64) {
+	blocks := chainBlocks(f.route.id, f.height, body)
+	if len(blocks) == 0 {
+		return 0
 	}
-	nonFinal := sel(true, ^uint8(1<<cache.Final))
-	p.purges.add(purgeRecord{at: at, sel: nonFinal}, now.Add(-p.keepPurges()).UnixNano())
-	n := p.purgeMemory(nonFinal, now)
-	if !deep {
-		p.log.Warn("chain reorganized: answers from the height up marked stale", "chain", chain, "from", from,
-			"final_height", final, "entries", n)
+	v := p.truth.Observe(f.chain, blocks, asked, f.headList)
+	p.metrics.FinalHeight(f.chain, p.truth.Final(f.chain))
+	switch {
+	case v.Reorg != nil:
+		p.reorganized(v.Reorg)
+	case v.Partial != nil:
+		p.purgeReplaced(v.Partial)
+		p.probe(f, v.ProbeBelow)
+	}
+	return v.Behind
+}
+
+// observeEntry is observe for an entry read from the shared tier: another
+// node's answer, as old as its Stored time.
+func (p *Proxy) observeEntry(f *fetchReq, e *cache.Entry) (behind int64) {
+	if f.route.id != routeBlockList && f.route.id != routeTransactionList {
+		return 0
+	}
+	e.WithIdentity(func(body []byte) error {
+		behind = p.observe(f, body, e.Stored)
+		return nil
+	})
+	return behind
+}
+
+// probeLimit is the size of the block lists a probe asks (the route's
+// largest page).
+const probeLimit = 100
+
+// probe asks, in the background and within the budget (it yields to
+// client misses as a refresh does), the block list of f's chain ending at
+// height below, and observes it: the search for an open reorganization's
+// fork goes on until its fork is found. A probe that fails ends the search
+// with what is known (truth.GiveUp).
+func (p *Proxy) probe(f *fetchReq, below int64) {
+	if below < 0 {
+		p.giveUp(f.chain)
 		return
 	}
-	finals := sel(false, 1<<cache.Final)
-	p.purges.add(purgeRecord{at: at, sel: finals}, now.Add(-p.keepPurges()).UnixNano())
-	m := p.purgeMemory(finals, now)
-	p.log.Error("chain reorganized below its finalized height: the upstream was wrong about finality; final answers purged too",
-		"chain", chain, "from", from, "final_height", final, "entries", n, "final_entries", m)
+	r := &routes[routeBlockList]
+	key := r.path + "?chainShortName=" + f.chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
+	g := &fetchReq{route: r, key: key, chain: f.chain, height: below, background: true, tenant: f.tenant}
+	s := p.settings.Load()
+	p.background([]string{"probe|" + f.chain}, func([]string) {
+		p.metrics.ReorgProbes.WithLabelValues(f.chain).Inc()
+		if _, _, err := p.load(s, g); err != nil {
+			p.log.Warn("reorganization probe failed; purged from the lowest height known replaced", "chain", f.chain, "below", below, "err", err)
+			p.giveUp(f.chain)
+		}
+	})
 }
 
-// newBlocks makes the per-chain memory of block hashes.
-func newBlocks(chains []string) map[string]*chainBlocks {
-	m := make(map[string]*chainBlocks, len(chains))
-	for _, c := range chains {
-		m[c] = &chainBlocks{}
+func (p *Proxy) giveUp(chain string) {
+	if r := p.truth.GiveUp(chain); r != nil {
+		p.reorganized(r)
 	}
-	return m
+}
+
+// reorganized handles a reorganization found to its fork: counted and
+// logged once, purged here and published to the fleet.
+func (p *Proxy) reorganized(r *truth.Reorg) {
+	p.metrics.Reorgs.WithLabelValues(r.Chain).Inc()
+	n := p.purgeReplaced(r)
+	attrs := []any{"chain", r.Chain, "from", r.Fork, "depth", r.Depth, "new_hash", r.NewHash,
+		"final_height", p.truth.Final(r.Chain), "entries", n}
+	if !r.Deep {
+		p.log.Warn("chain reorganized: answers from the fork up purged", attrs...)
+		return
+	}
+	p.log.Error("chain reorganized below its finalized height: the upstream was wrong about finality; final answers purged too", attrs...)
+}
+
+// purgeReplaced purges, hard, what r replaced, on this node and (fleet
+// mode) through the fleet's purge log: every answer holding a height from
+// r.Fork up that is older than the answer that showed r. Hard, whatever
+// the class: an answer of the replaced branch is never served again, not
+// even as a stand-in for a failure. It returns the entries purged here.
+func (p *Proxy) purgeReplaced(r *truth.Reorg) int {
+	sel := &selector{kind: purgeHeights, chain: p.chainTag(r.Chain), from: r.Fork, to: math.MaxInt64, before: r.At,
+		req: purgeRequest{Heights: &purgeHeightsIn{Chain: r.Chain, From: r.Fork, To: math.MaxInt64}}}
+	res, err := p.purgeAt(sel, r.At)
+	if err != nil {
+		p.log.Warn("reorganization purge not passed on to the fleet", "chain", r.Chain, "fork", r.Fork, "err", err)
+	}
+	return res.Memory
 }

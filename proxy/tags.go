@@ -63,23 +63,7 @@ func (p *Proxy) tagEntry(e *cache.Entry, body []byte) cache.Tags {
 	}
 	switch r.id {
 	case routeBlockList:
-		// The blocks' hashes tell a reorganization (reorg.go).
-		var rows []blockRow
-		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
-			s, _ := jsonparser.GetString(row, "height")
-			h, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || h < 0 {
-				return
-			}
-			widen(&t, h)
-			if hash, err := jsonparser.GetString(row, "hash"); err == nil && hash != "" {
-				state, _ := jsonparser.GetString(row, "state")
-				rows = append(rows, blockRow{h, hash, state == "done"})
-			}
-		}, "data", "[0]", "blockList")
-		if from, deep := p.observeBlocks(string(q.chain), rows, e.Stored); from >= 0 {
-			p.reorganized(string(q.chain), from, e.Stored, deep)
-		}
+		rowHeights(&t, body, "height", "data", "[0]", "blockList")
 	case routeTransactionList:
 		if q.height >= 0 {
 			widen(&t, q.height)

@@ -52,6 +52,7 @@ var (
 	statusCollapsed       = cacheStatus{"explorer-edge; fwd=miss; collapsed", true, ""}
 	statusPartial         = cacheStatus{"explorer-edge; fwd=partial; stored", true, ""}
 	statusStaleEnvelope   = cacheStatus{"explorer-edge; hit", true, "stale-if-error-" + reasonEnvelope}
+	statusStaleBehind     = cacheStatus{"explorer-edge; hit", true, "stale-if-error-behind"}
 )
 
 // staleErrorStatus names, in the detail, why a stale copy was served.

@@ -232,8 +232,8 @@ func TestSIGHUPReloadsCredentials(t *testing.T) {
 	s, url, _ := startSim(t, sim.Faults{})
 	wrong := edgeFile{upstream: url, key: "not-the-key", secret: "00000000000000000000000000000000", pass: "not-the-passphrase"}
 	e := startEdge(t, wrong)
-	if status, code, _ := e.get(blocks); status != 401 || code != "50111" {
-		t.Fatalf("wrong upstream credentials: %d %s, want the sim's 401 50111 passed through", status, code)
+	if status, code, _ := e.get(blocks); status != 502 || code != "50026" {
+		t.Fatalf("wrong upstream credentials: %d %s, want 502 50026 (the edge's credentials refused; the sim's 401 is never passed on)", status, code)
 	}
 	right := demoEdge(url)
 	right.listen, right.admin = e.file.listen, e.file.admin
@@ -287,7 +287,7 @@ func TestSIGHUPRefusesBrokenConfig(t *testing.T) {
 	e := startEdge(t, good)
 	good.listen, good.admin = e.file.listen, e.file.admin
 	// Every broken file also carries wrong credentials: if any part of it
-	// were applied, the next request would answer 401.
+	// were applied, the next request would answer 502 (credentials refused).
 	broken := good
 	broken.key, broken.secret, broken.pass = "other-key", "11111111111111111111111111111111", "other-passphrase"
 	invalidValue := broken
@@ -338,8 +338,8 @@ func TestWatchConfigReloadsOnWrite(t *testing.T) {
 	f := edgeFile{upstream: url, key: "not-the-key", secret: "00000000000000000000000000000000", pass: "not-the-passphrase",
 		rest: "watch_config: true"}
 	e := startEdge(t, f)
-	if status, _, _ := e.get(blocks); status != 401 {
-		t.Fatalf("wrong credentials: %d", status)
+	if status, _, _ := e.get(blocks); status != 502 {
+		t.Fatalf("wrong credentials: %d, want 502 (the edge's credentials refused)", status)
 	}
 	right := demoEdge(url)
 	right.listen, right.admin, right.rest = e.file.listen, e.file.admin, f.rest

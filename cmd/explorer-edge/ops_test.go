@@ -402,8 +402,10 @@ func TestSecretFileIsReadAgainOnSIGHUP(t *testing.T) {
 	f.secret = ""
 	f.more = "  secret_key_file: " + secret
 	e := startEdge(t, f)
-	if status, code, _ := e.get(blocks); status != 401 || code != "50113" {
-		t.Fatalf("the wrong secret from the file: %d %s, want the sim's 401 50113", status, code)
+	// The upstream refuses the edge's own credentials (401 50113): the
+	// client is told so in a 502, never given the upstream's 401.
+	if status, code, _ := e.get(blocks); status != 502 || code != "50026" {
+		t.Fatalf("the wrong secret from the file: %d %s, want 502 50026 (the edge's credentials refused)", status, code)
 	}
 	os.WriteFile(secret, []byte(sim.DemoSecretKey+"\n"), 0o600)
 	e.signal(syscall.SIGHUP)

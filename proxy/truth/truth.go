@@ -45,7 +45,7 @@ type Reorg struct {
 	Depth   int64  // blocks replaced: the head before it, less Fork, plus one
 	Deep    bool   // a replaced block had been called done: finality was wrong
 	NewHash string // the new branch's block at Fork
-	At      int64  // unix ns: when the answer that completed the finding was asked
+	At      int64  // unix ns: when the answer that first showed it was asked
 }
 
 // Verdict is what an observed answer means.
@@ -227,7 +227,6 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 			p.low, p.newHash = low, lowHash
 		}
 		p.deep = p.deep || deep
-		p.at = max(p.at, asked)
 	}
 	// The fork is at p.low when the height below it is in this answer (it
 	// agreed, or was not known: had it changed, p.low would be lower), or

@@ -86,7 +86,7 @@ func TestDeepReorgProbedToItsFork(t *testing.T) {
 		t.Fatalf("probe 80..71, all changed: %+v", v)
 	}
 	v = c.Observe("X", list(70, 20, "b", 60, 98), 203, false)
-	if v.Reorg == nil || v.Reorg.Fork != 60 || v.Reorg.Depth != 41 || !v.Reorg.Deep || v.Reorg.At != 203 {
+	if v.Reorg == nil || v.Reorg.Fork != 60 || v.Reorg.Depth != 41 || !v.Reorg.Deep || v.Reorg.At != 200 {
 		t.Fatalf("probe 70..51 reaching the fork: %+v", v.Reorg)
 	}
 	if g := c.GiveUp("X"); g != nil {
