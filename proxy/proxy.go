@@ -46,8 +46,8 @@ type Proxy struct {
 	up       *pool // the upstream accounts
 	flight   singleflight.Group
 	batch    *batcher
-	tier     Tier      // second cache tier and fleet coordination; nil on a single node
-	fetching *inflight // bytes of upstream answers being read and stored (inflight.go)
+	tier     Tier          // second cache tier and fleet coordination; nil on a single node
+	fetching *inflight     // bytes of upstream answers being read and stored (inflight.go)
 	truth    *truth.Chains // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	chains   []string      // upper case, in configured order: the chain tags (tags.go)
 	purges   purgeLog      // recent purges, judging answers stored after them (purgelog.go)
