@@ -10,7 +10,7 @@ import (
 	"explorer-edge/sim"
 )
 
-// TestBatchStaleHashDoesNotRefuseMissingOne (issue 28 item 6): a hash
+// TestBatchStaleHashDoesNotRefuseMissingOne: a hash
 // with no copy waits for the budget (budget_wait) whether it is asked
 // alone or beside a stale hash. Beside one it was refused at once (503,
 // 50001): the batch took "another hash of this request is stale" for
@@ -54,7 +54,7 @@ func TestBatchStaleHashDoesNotRefuseMissingOne(t *testing.T) {
 	}
 }
 
-// TestBatchJoinerNotDecidedByOpener (issue 28 item 6): a request whose hash
+// TestBatchJoinerNotDecidedByOpener: a request whose hash
 // has no copy joins a group that a stale hash's refresh opened; the call
 // waits for the budget for it. The opener's "I have a copy" was the
 // group's, and the joiner was refused at once.

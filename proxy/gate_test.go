@@ -154,7 +154,7 @@ func gateHarness(t *testing.T, budgetWait time.Duration) (*harness, *bigUpstream
 	return h, big
 }
 
-// TestGateSmallMissNotBehindLarge (issue 28 item 5): while a route of
+// TestGateSmallMissNotBehindLarge: while a route of
 // 900 KB answers fills the bytes in flight and more of its misses queue,
 // a miss of another route's small answers takes as long as it does alone
 // (p99 within 2x). It waited in the same queue, behind every large miss:
@@ -222,7 +222,7 @@ func TestGateSmallMissNotBehindLarge(t *testing.T) {
 	}
 }
 
-// TestGateWaitBoundedByBudgetWait (issue 28 item 5): a miss that finds no
+// TestGateWaitBoundedByBudgetWait: a miss that finds no
 // room for its answer waits upstream.budget_wait, then is refused like a
 // miss the budget refused (503, 50001, Retry-After), counted in
 // upstream_throttled_total{source="bytes"}; one with a stale copy does not

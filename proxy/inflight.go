@@ -25,7 +25,7 @@ import (
 // lane, or in room of the large lane that no large fetch is queued for,
 // and otherwise waits only behind other small ones: one semaphore, first
 // come first served, kept a 9 KB miss 7.75 s behind a dozen 7.5 MB ones on
-// another route (issue 28). The small lane is a 32nd of the capacity, at
+// another route. The small lane is a 32nd of the capacity, at
 // least 16 fetches at the floor and at most half: at the default 32 MiB
 // it is 1 MiB, and the large lane still holds four 8 MB answers at once,
 // as the single semaphore did (make bench-memory).
