@@ -119,16 +119,22 @@ func (p *Proxy) keepPurges() time.Duration {
 	return p.inflight()
 }
 
-// retain is the longest an entry lives: the longest fresh time of any
-// route and class, plus the longer of its stale windows, plus a second.
+// retain is the longest an entry may live, in Redis or in a node's
+// memory: the longest fresh time of any route and class (the route
+// table's own TTLs, 24 h for final answers, with cache.ttl's overrides),
+// plus the longer of its stale windows, plus a second. A purge record is
+// kept that long: a Redis copy it selects cannot outlive it, so a node
+// started later still judges that copy purged (it was kept for the
+// overrides alone, 601 s with the shipped config, while a final entry
+// lives 24 h 10 min).
 func (p *Proxy) retain() time.Duration {
-	cfg := p.settings.Load().cfg
+	s := p.settings.Load()
 	var fresh time.Duration
-	for _, t := range cfg.Cache.TTL {
+	for _, t := range s.ttl {
 		fresh = max(fresh, t.Head, t.Final, t.Volatile, t.Negative)
 	}
-	w := cfg.Cache.StaleWhileRevalidate
-	return fresh + max(w.Head, w.Final, w.Volatile, w.Negative, cfg.Cache.StaleIfError) + time.Second
+	w := s.cfg.Cache.StaleWhileRevalidate
+	return fresh + max(w.Head, w.Final, w.Volatile, w.Negative, s.cfg.Cache.StaleIfError) + time.Second
 }
 
 // sharedKeys are the Redis entries a selector names by key: a url's, and
