@@ -2,14 +2,14 @@ package proxy
 
 import (
 	"bytes"
-	"net"
-	"net/http"
-	"sync"
-	"sync/atomic"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
