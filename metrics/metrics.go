@@ -101,6 +101,31 @@ type Metrics struct {
 	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
 }
 
+// headAgeDesc is explorer_edge_head_age_seconds.
+var headAgeDesc = prometheus.NewDesc(ns+"_head_age_seconds",
+	"Seconds since the newest head the edge holds was asked of the upstream, by chain: how old the newest block page it serves is. A chain whose newest page no one asked has no series.", []string{"chain"}, nil)
+
+// headAges reads the chains' head ages at scrape time.
+type headAges struct {
+	chains []string
+	age    func(chain string) (seconds float64, ok bool)
+}
+
+func (h headAges) Describe(ch chan<- *prometheus.Desc) { ch <- headAgeDesc }
+func (h headAges) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range h.chains {
+		if v, ok := h.age(c); ok {
+			ch <- prometheus.MustNewConstMetric(headAgeDesc, prometheus.GaugeValue, v, c)
+		}
+	}
+}
+
+// HeadAges registers explorer_edge_head_age_seconds{chain}; age reads a
+// chain's at scrape time. Call it once.
+func (m *Metrics) HeadAges(chains []string, age func(chain string) (seconds float64, ok bool)) {
+	m.Registry.MustRegister(headAges{chains: chains, age: age})
+}
+
 // PanicPlaces are the where label values of panics_total.
 var PanicPlaces = []string{"public", "admin", "background"}
 

@@ -27,6 +27,9 @@ type fairGate struct {
 	vtime    float64 // start tag of the waiter served last
 	finish   map[*tenant]float64
 	queue    waiters
+	// refreshes wait here, in arrival order, and get the next tokens
+	// before any miss in queue (takeRefresh).
+	refreshes []*waiter
 	running  bool // the dispatcher goroutine is up
 	try      func(background bool, avoid *upstream) (*upstream, time.Duration)
 	maxSleep time.Duration // longest the dispatcher sleeps before trying again
@@ -97,7 +100,7 @@ func (g *fairGate) take(t *tenant, wait time.Duration, background bool, avoid *u
 		wait = 0
 	}
 	g.mu.Lock()
-	if len(g.queue.w) == 0 {
+	if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
 		g.mu.Unlock()
 		u, due := g.try(background, avoid)
 		if u != nil || wait <= 0 || due > wait {
@@ -138,6 +141,51 @@ func (g *fairGate) take(t *tenant, wait time.Duration, background bool, avoid *u
 	return nil, wait
 }
 
+// takeRefresh draws a token for the refresh of a key clients are being
+// served from (a background refresh, or a request holding a copy past its
+// stale-while-revalidate window), waiting at most wait ahead of every
+// miss: however many misses queue, the copies clients see keep being
+// renewed, and the newest page does not freeze. pool.take bounds how many
+// refreshes take this way (a share of the budget).
+func (g *fairGate) takeRefresh(wait time.Duration, avoid *upstream) (*upstream, time.Duration) {
+	g.mu.Lock()
+	if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
+		g.mu.Unlock()
+		u, due := g.try(false, avoid)
+		if u != nil || wait <= 0 || due > wait {
+			return u, due
+		}
+		g.mu.Lock()
+	}
+	w := &waiter{index: -1, avoid: avoid, ready: make(chan struct{})}
+	g.refreshes = append(g.refreshes, w)
+	if !g.running {
+		g.running = true
+		go g.dispatch()
+	}
+	g.mu.Unlock()
+
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w.ready:
+		return w.got, 0
+	case <-timer.C:
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w.got != nil {
+		return w.got, 0
+	}
+	for i, x := range g.refreshes {
+		if x == w {
+			g.refreshes = append(g.refreshes[:i], g.refreshes[i+1:]...)
+			break
+		}
+	}
+	return nil, wait
+}
+
 // enqueue tags a waiter of t; g.mu is held.
 func (g *fairGate) enqueue(t *tenant) *waiter {
 	start := max(g.vtime, g.finish[t])
@@ -161,15 +209,29 @@ func (g *fairGate) forget() {
 func (g *fairGate) dispatch() {
 	for {
 		g.mu.Lock()
-		if len(g.queue.w) == 0 {
+		if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
 			g.running = false
 			g.mu.Unlock()
 			return
 		}
-		head := g.queue.w[0]
+		var head *waiter
+		if len(g.refreshes) > 0 {
+			head = g.refreshes[0]
+		} else {
+			head = g.queue.w[0]
+		}
 		g.mu.Unlock()
 		u, due := g.try(false, head.avoid)
 		g.mu.Lock()
+		if u != nil && len(g.refreshes) > 0 {
+			// Refreshes first, in arrival order.
+			w := g.refreshes[0]
+			g.refreshes = g.refreshes[1:]
+			w.got = u
+			close(w.ready)
+			g.mu.Unlock()
+			continue
+		}
 		if u != nil {
 			if len(g.queue.w) == 0 {
 				// Every waiter left while the token was taken: it is

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+	"golang.org/x/time/rate"
 	"go.opentelemetry.io/otel/attribute"
 
 	"explorer-edge/config"
@@ -28,6 +29,10 @@ import (
 type pool struct {
 	accts []*upstream
 	gate  *fairGate
+	// refreshes bounds the refreshes that go ahead of misses for the
+	// budget (fairGate.takeRefresh) to refreshShare of the accounts'
+	// rates; beyond it a refresh yields to misses as before.
+	refreshes *rate.Limiter
 	m     *metrics.Metrics
 	turn  atomic.Uint32 // rotates the order of accounts alike
 	tr    *tracing      // nil: off
@@ -71,6 +76,8 @@ func newPool(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget B
 		pl.accts = append(pl.accts, u)
 	}
 	pl.gate = newFairGate(pl.try)
+	pl.refreshes = rate.NewLimiter(0, 1)
+	pl.setRefreshShare(cfg)
 	m.BudgetTokens(func() float64 {
 		sum := 0.0
 		for _, u := range pl.accts {
@@ -119,6 +126,22 @@ func (pl *pool) reconfigure(cfg config.Upstream) {
 	for i, u := range pl.accts {
 		u.reconfigure(cfgs[i])
 	}
+	pl.setRefreshShare(cfg)
+}
+
+// refreshShare is the part of the budget refreshes may take ahead of
+// misses: half. The newest pages of a few chains need a refresh a second
+// each; the other half stays the misses' whatever the refreshes ask.
+const refreshShare = 0.5
+
+func (pl *pool) setRefreshShare(cfg config.Upstream) {
+	_, cfgs := accountConfigs(cfg)
+	sum, burst := 0.0, 0
+	for _, c := range cfgs {
+		sum, burst = sum+c.Rate, burst+c.Burst
+	}
+	pl.refreshes.SetLimit(rate.Limit(sum * refreshShare))
+	pl.refreshes.SetBurst(max(1, int(float64(burst)*refreshShare)))
 }
 
 // sameAccounts reports whether cfg names the accounts the pool was built
@@ -437,14 +460,21 @@ func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstrea
 		pl.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
 		return nil, errBreakerOpen.with(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
 	}
-	wait := cfg.BudgetWait
-	if f.haveStale || f.background {
-		wait = 0
-	}
 	if t == nil {
 		t = unattributed
 	}
-	u, retry := pl.gate.take(t, wait, f.background, avoid)
+	var u *upstream
+	var retry time.Duration
+	switch {
+	case (f.haveStale || f.background) && pl.refreshes.Allow():
+		// A refresh of a copy clients are served from goes ahead of the
+		// misses, within its share of the budget.
+		u, retry = pl.gate.takeRefresh(cfg.BudgetWait, avoid)
+	case f.haveStale || f.background:
+		u, retry = pl.gate.take(t, 0, f.background, avoid)
+	default:
+		u, retry = pl.gate.take(t, cfg.BudgetWait, false, avoid)
+	}
 	if u == nil {
 		pl.m.Throttled.WithLabelValues("budget").Inc()
 		pl.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)

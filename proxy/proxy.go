@@ -109,6 +109,13 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	p.chains = s.chains
 	p.truth = truth.New(s.chains)
+	p.metrics.HeadAges(s.chains, func(chain string) (float64, bool) {
+		h, _, asked := p.truth.Head(chain)
+		if h == 0 {
+			return 0, false
+		}
+		return p.clock().Sub(time.Unix(0, asked)).Seconds(), true
+	})
 	p.cache.SetTagger(p.tagEntry)
 	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
