@@ -23,16 +23,16 @@ import (
 // if none is. One goroutine, running only while
 // someone waits, takes tokens for the head of the queue.
 type fairGate struct {
-	mu       sync.Mutex
-	vtime    float64 // start tag of the waiter served last
-	finish   map[*tenant]float64
-	queue    waiters
+	mu     sync.Mutex
+	vtime  float64 // start tag of the waiter served last
+	finish map[*tenant]float64
+	queue  waiters
 	// refreshes wait here, in arrival order, and get the next tokens
 	// before any miss in queue (takeRefresh).
 	refreshes []*waiter
-	running  bool // the dispatcher goroutine is up
-	try      func(background bool, avoid *upstream) (*upstream, time.Duration)
-	maxSleep time.Duration // longest the dispatcher sleeps before trying again
+	running   bool // the dispatcher goroutine is up
+	try       func(background bool, avoid *upstream) (*upstream, time.Duration)
+	maxSleep  time.Duration // longest the dispatcher sleeps before trying again
 }
 
 // tenant is who a miss is charged to: a configured client, or the one

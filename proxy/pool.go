@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
-	"golang.org/x/time/rate"
 	"go.opentelemetry.io/otel/attribute"
+	"golang.org/x/time/rate"
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
@@ -33,9 +33,9 @@ type pool struct {
 	// budget (fairGate.takeRefresh) to refreshShare of the accounts'
 	// rates; beyond it a refresh yields to misses as before.
 	refreshes *rate.Limiter
-	m     *metrics.Metrics
-	turn  atomic.Uint32 // rotates the order of accounts alike
-	tr    *tracing      // nil: off
+	m         *metrics.Metrics
+	turn      atomic.Uint32 // rotates the order of accounts alike
+	tr        *tracing      // nil: off
 }
 
 // AccountBudget makes the budget of an account other than the default
