@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,7 +41,7 @@ type Config struct {
 }
 
 // Tracing sends OpenTelemetry spans (docs/operations.md, Tracing). Off
-// unless otlp_endpoint is set; a reload leaves it as it started.
+// unless otlp_endpoint is set; a reload that changes it is refused (restart).
 type Tracing struct {
 	// OTLPEndpoint is the OTLP/HTTP receiver's base URL
 	// (http://collector:4318); spans go to its /v1/traces. "" = off.
@@ -129,6 +130,10 @@ type Upstream struct {
 	// account with a token (docs/reliability.md, Several upstream accounts).
 	Accounts []Account `koanf:"accounts"`
 }
+
+// APIPath is the path of the explorer API below upstream.base_url: the
+// edge's routes (/api/v5/...) are sent as they are asked.
+const APIPath = "/api/v5"
 
 // MaxAccounts bounds upstream.accounts: each is a metric label.
 const MaxAccounts = 15
@@ -539,15 +544,30 @@ func applyClientEnv(cfg *Config) map[string]string {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	// checkPort: a port 1..65535 (0 too, any free port, where listening),
+	// or a service name; net would take 99999 as its own error at start
+	// only, or not at all in a URL.
+	checkPort := func(key, v, port string, listening bool) {
+		if port == "" && !listening {
+			bad("%s: %q has no port", key, v)
+			return
+		}
+		if n, err := net.LookupPort("tcp", port); err != nil || (n == 0 && !listening) {
+			bad("%s: %q: port %q is out of range (1..65535)", key, v, port)
+		}
+	}
 	checkAddr := func(key, v string) {
 		// An address is no place for credentials: say so without quoting them.
 		if i := strings.LastIndexByte(v, '@'); i >= 0 {
 			bad("%s: %q holds user info; use host:port, credentials have keys of their own", key, "xxxxx@"+v[i+1:])
 			return
 		}
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		_, port, err := net.SplitHostPort(v)
+		if err != nil {
 			bad("%s: %q is not host:port: %v", key, v, err)
+			return
 		}
+		checkPort(key, v, port, key == "listen" || key == "admin_listen")
 	}
 	checkAddr("listen", c.Listen)
 	checkAddr("admin_listen", c.AdminListen)
@@ -574,10 +594,24 @@ func (c *Config) Validate() error {
 	}
 	positive("shutdown_timeout", c.ShutdownTimeout)
 
-	u := c.Upstream
-	if p, err := url.Parse(u.BaseURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
-		bad("upstream.base_url: %q must be http(s)://host[:port][/prefix] without a query", u.BaseURL)
+	// checkBaseURL: the edge appends the API's path (/api/v5/...) to
+	// base_url's; a base_url that already ends in it would make every call
+	// /api/v5/api/v5/..., a 404 from the upstream.
+	checkBaseURL := func(key, v string) {
+		p, err := url.Parse(v)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
+			bad("%s: %q must be http(s)://host[:port][/prefix] without a query", key, v)
+			return
+		}
+		if port := p.Port(); port != "" || strings.HasSuffix(p.Host, ":") {
+			checkPort(key, v, port, false)
+		}
+		if path := strings.TrimRight(p.Path, "/"); strings.HasSuffix(path, APIPath) || strings.Contains(path+"/", APIPath+"/") {
+			bad("%s: %q holds the API's path %s, which the edge adds to every call (/api/v5/api/v5/...); give the host, and a prefix only if the API is served below one", key, v, APIPath)
+		}
 	}
+	u := c.Upstream
+	checkBaseURL("upstream.base_url", u.BaseURL)
 	if u.APIKey == "" || u.SecretKey == "" || u.Passphrase == "" {
 		bad("upstream: api_key, secret_key and passphrase are all required (EDGE_UPSTREAM__SECRET_KEY, or secret_key_file naming a file, etc.)")
 	}
@@ -601,9 +635,7 @@ func (c *Config) Validate() error {
 			bad("upstream.accounts[%d].name: %q used twice (\"default\" is the upstream block's)", i, a.Name)
 		}
 		accountNames[a.Name] = true
-		if p, err := url.Parse(a.BaseURL); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" {
-			bad("upstream.accounts[%d].base_url: %q must be http(s)://host[:port][/prefix] without a query", i, a.BaseURL)
-		}
+		checkBaseURL(fmt.Sprintf("upstream.accounts[%d].base_url", i), a.BaseURL)
 		if a.APIKey == "" || a.SecretKey == "" || a.Passphrase == "" {
 			bad("upstream.accounts[%d] (%s): api_key, secret_key and passphrase are all required", i, a.Name)
 		}
@@ -630,6 +662,9 @@ func (c *Config) Validate() error {
 	}
 	positive("upstream.retry_backoff", u.RetryBackoff)
 	positive("upstream.retry_max_time", u.RetryMaxTime)
+	if u.RetryMaxTime > 0 && u.RetryMaxTime < u.Timeout {
+		bad("upstream.retry_max_time: %s is shorter than upstream.timeout (%s): no attempt could run its whole timeout; make it at least the timeout", u.RetryMaxTime, u.Timeout)
+	}
 	if u.BreakerFailures < 1 {
 		bad("upstream.breaker_failures: must be >= 1, got %d", u.BreakerFailures)
 	}
@@ -699,6 +734,13 @@ func (c *Config) Validate() error {
 		nonNegative("cache.stale_while_revalidate."+f.name, f.d)
 	}
 	nonNegative("cache.stale_if_error", ca.StaleIfError)
+	for _, f := range ca.StaleWhileRevalidate.fields() {
+		if f.d > ca.StaleIfError {
+			// An answer served stale while a refresh runs also stands in
+			// when that refresh fails: stale_if_error would not hold.
+			bad("cache.stale_while_revalidate.%s: %s is longer than cache.stale_if_error (%s): a stale answer would stand in for a failing upstream longer than stale_if_error says", f.name, f.d, ca.StaleIfError)
+		}
+	}
 	positive("cache.batch_window", ca.BatchWindow)
 	if ca.Policy != "finality" && ca.Policy != "route" {
 		bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)
@@ -747,6 +789,9 @@ func (c *Config) Validate() error {
 	}
 	nonNegative("log.repeat_interval", c.Log.RepeatInterval)
 
+	if len(c.CORS.AllowOrigins) > 1 && slices.Contains(c.CORS.AllowOrigins, "*") {
+		bad("cors.allow_origins: \"*\" allows every origin; it cannot be mixed with listed origins (%d listed): keep \"*\" alone or list the origins", len(c.CORS.AllowOrigins)-1)
+	}
 	for _, o := range c.CORS.AllowOrigins {
 		if o == "*" {
 			continue
@@ -773,6 +818,9 @@ func (c *Config) Validate() error {
 		positive("shared.timeout", sh.Timeout)
 		positive("shared.lock_ttl", sh.LockTTL)
 		positive("shared.lock_wait", sh.LockWait)
+		if sh.LockWait > sh.LockTTL && sh.LockTTL > 0 {
+			bad("shared.lock_wait: %s is longer than shared.lock_ttl (%s): a node would outwait the lock it waits on and fetch beside its holder; make it shorter than lock_ttl", sh.LockWait, sh.LockTTL)
+		}
 	}
 	if !(sh.LocalShare > 0 && sh.LocalShare <= 1) {
 		bad("shared.local_share: must be within (0, 1], got %v", sh.LocalShare)

@@ -51,7 +51,7 @@ func TestDurationWithoutUnitIsRefused(t *testing.T) {
 		})
 	}
 	// 0 is 0 in any unit: accepted where 0 is a valid value.
-	cfg, err := Load(writeConfig(t, "upstream: {budget_wait: 0}\ncache: {stale_if_error: 0, stale_while_revalidate: {final: 0}}\n"))
+	cfg, err := Load(writeConfig(t, "upstream: {budget_wait: 0}\ncache: {stale_if_error: 0, stale_while_revalidate: {head: 0, final: 0, volatile: 0, negative: 0}}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

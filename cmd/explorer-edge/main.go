@@ -143,6 +143,9 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	defer c.Close()
 	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
 	m.BuildInfo(buildInfo())
+	if b := memoryBound(cfg.Cache.MaxBytes); b > 0 {
+		m.MemoryBound(b)
+	}
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
 	if cfg.Tracing.OTLPEndpoint != "" {
 		tp, err := proxy.NewTracerProvider(cfg.Tracing)
@@ -234,8 +237,10 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 			// does not make the reload refused.
 			_, err = fitDescriptors(&next, nofile)
 		}
+		var changed []string
 		if err == nil {
-			err = restartOnly(current, next)
+			// Every key is applied or refused by name (config.ReloadRules).
+			changed, err = config.ReloadChanges(&current, &next)
 		}
 		if err == nil {
 			err = p.Reload(next)
@@ -248,7 +253,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		_ = level.UnmarshalText([]byte(next.Log.Level))
 		current = next
 		m.ConfigReloads.WithLabelValues("ok").Inc()
-		log.Info("config reloaded")
+		log.Info("config reloaded", "changed", changedKeys(changed)) // keys only, never values
 	}
 	for {
 		select {
@@ -297,13 +302,13 @@ func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration
 	return nil
 }
 
-// restartOnly refuses a reload that changes what run sets up once; the
-// proxy's Reload refuses its own such keys.
-func restartOnly(old, next config.Config) error {
-	if old.WatchConfig != next.WatchConfig || old.Log.Format != next.Log.Format || old.AdminMaxConns != next.AdminMaxConns {
-		return errors.New("watch_config, log.format and admin_max_conns cannot change on reload; restart")
+// changedKeys is never nil, so that a reload that changed nothing logs
+// changed=[] rather than null.
+func changedKeys(keys []string) []string {
+	if keys == nil {
+		return []string{}
 	}
-	return nil
+	return keys
 }
 
 // watchSettle is how long the config file must stay unchanged before
