@@ -102,9 +102,14 @@ fuzz-ci:
 # SOAK_DURATION; every answer is checked, and the upstream calls against the
 # budget. See docs/reliability.md, Soak.
 SOAK_DURATION ?= 60s
+MODEL_STEPS ?= 600
 SOAK_FLAGS ?=
 soak: build
 	$(GO) run ./bench/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
+	# The chain model (proxy/model_test.go) for 600 steps rather than make
+	# test's 60: reorgs, purges, a fleet that grows, a lagging and a failing
+	# account, tracing and a binding budget, against an oracle (~2 min).
+	MODEL_STEPS=$(MODEL_STEPS) $(GO) test -count=1 -timeout 15m -run '^TestChainModel$$' -v ./proxy
 
 clean:
 	rm -rf $(BIN)
