@@ -285,7 +285,10 @@ func (m *chainModel) purge(n *modelNode) {
 		lo := head - int64(m.rng.IntN(60))
 		hi := lo + int64(m.rng.IntN(10))
 		p = modelPurge{body: fmt.Sprintf(`{"heights":{"chain":"chainx","from":%d,"to":%d}}`, lo, hi),
-			match: func(t string) bool { h := heightOf(t); return strings.Contains(t, "transaction-list") && h >= lo && h <= hi }}
+			match: func(t string) bool {
+				h := heightOf(t)
+				return strings.Contains(t, "transaction-list") && h >= lo && h <= hi
+			}}
 	case 2:
 		p = modelPurge{body: `{"route":"transaction-list","chain":"chainx"}`, match: func(t string) bool { return strings.Contains(t, "transaction-list") }}
 	default:
