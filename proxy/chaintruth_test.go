@@ -410,3 +410,25 @@ func TestReplacedAnswerNeverStandsIn(t *testing.T) {
 		t.Errorf("%d %q, want 502: nothing may stand in", r.status, r.header["Cache-Status"])
 	}
 }
+
+// TestFleetNodeLearnsFinalityFromRedis: a node that reads the block list
+// only from Redis (another node fetched it) learns the finalized height,
+// and so classes a done block's transactions final. On 6858c2c only the
+// node that fetched a block list from the upstream learned it.
+func TestFleetNodeLearnsFinalityFromRedis(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2)
+	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+	edges[0].get(blocks)
+	if r := edges[1].get(blocks); !strings.Contains(r.header["Cache-Status"], "shared") {
+		t.Fatalf("the second node's block list: %q, want it from Redis", r.header["Cache-Status"])
+	}
+	want := h.sim.FinalizedHeight("CHAINX")
+	if got := edges[1].p.FinalHeight("CHAINX"); got != want {
+		t.Fatalf("finalized height %d on the node that read the block list from Redis, want %d", got, want)
+	}
+	target := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", want-1)
+	if r := edges[1].get(target); !strings.Contains(r.header["Cache-Control"], "max-age=86400") {
+		t.Errorf("a done block's transactions on that node: %q, want final (max-age=86400)", r.header["Cache-Control"])
+	}
+}
