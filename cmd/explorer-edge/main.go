@@ -60,6 +60,9 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := loadConfig(*path)
 	if err != nil {
+		if line := ignoredLine(&cfg); line != "" {
+			err = fmt.Errorf("%w\n%s", err, line) // listed with the problems
+		}
 		logFatal(cfg.Log, stderr, err, true)
 		return 1
 	}
@@ -72,18 +75,34 @@ func cli(args []string, stdout, stderr io.Writer) int {
 
 // checkConfig is -check-config: every problem of the configuration at path
 // (environment included) on stderr and exit status 1, or "config ok" and 0.
-// EDGE_* variables that are no config keys are named on stderr.
+// EDGE_* variables that are no config keys are named on stderr with the
+// problems (a misspelled variable is often why a key is missing), and so
+// are the warnings (config.Warnings: demo credentials, placeholders),
+// which alone do not make it fail.
 func checkConfig(path string, stdout, stderr io.Writer) int {
 	cfg, err := loadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 1
 	}
-	if names := config.IgnoredEnv(&cfg); len(names) > 0 {
-		fmt.Fprintln(stderr, "ignored, no config keys:", strings.Join(names, ", "))
+	if line := ignoredLine(&cfg); line != "" {
+		fmt.Fprintln(stderr, line)
+	}
+	for _, w := range config.Warnings(&cfg) {
+		fmt.Fprintln(stderr, "warning: "+w)
+	}
+	if err != nil {
+		return 1
 	}
 	fmt.Fprintln(stdout, "config ok")
 	return 0
+}
+
+// ignoredLine names the EDGE_* variables that are no config keys, or "".
+func ignoredLine(cfg *config.Config) string {
+	if names := config.IgnoredEnv(cfg); len(names) > 0 {
+		return "ignored, no config keys: " + strings.Join(names, ", ")
+	}
+	return ""
 }
 
 // loadConfig is the configuration at path, validated; its error lists

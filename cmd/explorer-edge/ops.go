@@ -80,6 +80,9 @@ func logStart(log *slog.Logger, cfg *config.Config) {
 	if names := config.IgnoredEnv(cfg); len(names) > 0 {
 		log.Warn("environment variables that are no config keys are ignored", "variables", names)
 	}
+	if ws := config.Warnings(cfg); len(ws) > 0 {
+		log.Warn("configuration warnings", "warnings", ws)
+	}
 }
 
 // logFatal logs why the edge cannot start (a configuration's problems, as

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -66,5 +69,54 @@ func TestSIGHUPNamesWhatItChanges(t *testing.T) {
 	}
 	if strings.Contains(e.logs.String(), newPass) {
 		t.Fatalf("the new passphrase is in the logs:\n%s", e.logs)
+	}
+}
+
+// TestCheckConfigWarnsAndNamesIgnoredEnv: -check-config warns, and still
+// exits 0, on explorer-sim's demo credentials (the shipped config.yaml's)
+// and on a placeholder secret, without printing either value; with
+// problems, the EDGE_* variables it ignored are listed beside them (a
+// misspelled variable is why a secret is missing).
+func TestCheckConfigWarnsAndNamesIgnoredEnv(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if rc := checkConfig("../../config.yaml", &stdout, &stderr); rc != 0 || stdout.String() != "config ok\n" {
+		t.Fatalf("config.yaml: exit %d\n%s%s", rc, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"warning: upstream.api_key: explorer-sim's demo credentials", "warning: upstream.secret_key: explorer-sim's demo", "warning: upstream.passphrase: explorer-sim's demo"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("config.yaml: no %q in:\n%s", want, stderr.String())
+		}
+	}
+	if strings.Contains(stderr.String(), sim.DemoSecretKey) {
+		t.Errorf("the demo secret is printed:\n%s", stderr.String())
+	}
+
+	dir := t.TempDir()
+	placeholder := filepath.Join(dir, "placeholder.yaml")
+	os.WriteFile(placeholder, []byte("upstream: {api_key: edge-prod, secret_key: REPLACE-ME-0123456789, passphrase: Change-Me-Now}\n"), 0o600)
+	stdout.Reset()
+	stderr.Reset()
+	if rc := checkConfig(placeholder, &stdout, &stderr); rc != 0 {
+		t.Fatalf("placeholders: exit %d\n%s", rc, stderr.String())
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "warning: upstream.secret_key: a placeholder") || !strings.Contains(out, "warning: upstream.passphrase: a placeholder") ||
+		strings.Contains(out, "upstream.api_key") || strings.Contains(out, "0123456789") || strings.Contains(out, "Change-Me-Now") {
+		t.Fatalf("placeholders:\n%s", out)
+	}
+
+	// A misspelled variable: the secret it meant is missing.
+	t.Setenv("EDGE_UPSTREAM__SECRETKEY", "the-real-secret-value")
+	missing := filepath.Join(dir, "missing.yaml")
+	os.WriteFile(missing, []byte("upstream: {api_key: edge-prod, passphrase: p4ssphrase}\n"), 0o600)
+	stdout.Reset()
+	stderr.Reset()
+	if rc := checkConfig(missing, &stdout, &stderr); rc != 1 {
+		t.Fatalf("missing secret: exit %d\n%s", rc, stderr.String())
+	}
+	out = stderr.String()
+	if !strings.Contains(out, "upstream: api_key, secret_key and passphrase are all required") ||
+		!strings.Contains(out, "ignored, no config keys: EDGE_UPSTREAM__SECRETKEY") || strings.Contains(out, "the-real-secret-value") {
+		t.Fatalf("the problem and the ignored variable beside it:\n%s", out)
 	}
 }
