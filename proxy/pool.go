@@ -295,6 +295,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		case refusedBy != nil:
 			if err == nil && !refusedQuestion(a.status, a.code) {
 				refusedBy.refusedWrongly(r, u)
+				a.behind = pl.behind(u, f, a)
 				return a, nil
 			}
 			if err == nil {
