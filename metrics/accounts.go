@@ -70,7 +70,7 @@ func (m *Metrics) Accounts(names []string, state func(i int) AccountState) {
 		Help: "Blocks an account's last answer to a chain's newest block page was behind the newest head the edge had seen (0: current). An account behind is asked after the others."}, []string{"account", "chain"})
 	m.Registry.MustRegister(c.lag)
 	for _, n := range names {
-		for chain := range m.finalHeight {
+		for chain := range m.chains {
 			c.lag.WithLabelValues(n, chain)
 		}
 	}
@@ -79,7 +79,7 @@ func (m *Metrics) Accounts(names []string, state func(i int) AccountState) {
 // AccountHeadLag sets how many blocks account name's last head page of
 // chain was behind the head seen.
 func (m *Metrics) AccountHeadLag(name, chain string, blocks int64) {
-	if m.accounts == nil || m.finalHeight[chain] == nil {
+	if m.accounts == nil || !m.chains[chain] {
 		return
 	}
 	m.accounts.lag.WithLabelValues(name, chain).Set(float64(blocks))

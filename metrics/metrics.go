@@ -9,6 +9,8 @@
 package metrics
 
 import (
+	"regexp"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -75,7 +77,8 @@ type Metrics struct {
 	cacheResultsVec *prometheus.CounterVec
 	upstreamVec     *prometheus.CounterVec
 	upstreamDurVec  *prometheus.HistogramVec
-	finalHeight     map[string]prometheus.Gauge
+	finalHeight     *prometheus.GaugeVec // children made on a chain's first height: none says 0
+	chains          map[string]bool      // the configured chains
 	rejections      [numRejects]prometheus.Counter
 	codeIndex       map[string]int
 
@@ -151,8 +154,15 @@ type CacheStats interface {
 // New registers every family for the given routes and chains.
 func New(routes, chains []string, cs CacheStats) *Metrics {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := &Metrics{Registry: reg, finalHeight: map[string]prometheus.Gauge{}, codeIndex: map[string]int{}}
+	// Beside the Go collector's defaults, go_sched_latencies_seconds: how
+	// long runnable goroutines waited for a CPU. request_duration_seconds
+	// starts once a request is read and cannot see that wait, which is
+	// most of what a client measures on a saturated pod
+	// (docs/operations.md, Latency the histogram leaves out).
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{Registry: reg, chains: map[string]bool{}, codeIndex: map[string]int{}}
 	for i, c := range Codes {
 		m.codeIndex[c] = i
 	}
@@ -173,7 +183,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	}
 	upLatency := latency[5:] // from 100 us
 	reqDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
-		Help: "Time from request read to response written, by route.", Buckets: latency}, []string{"route"})
+		Help: "Time from the request read (its headers parsed) to the answer handed to the server for writing, by route; the wait before the read and the write are not in it.", Buckets: latency}, []string{"route"})
 	results := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cache_results_total",
 		Help: "Cache lookups by route and result (hit, miss, stale, stale_error, collapsed, partial)."}, []string{"route", "result"})
 	up := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_requests_total",
@@ -181,7 +191,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	upDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "upstream_duration_seconds",
 		Help: "Duration of one upstream attempt, by route.", Buckets: upLatency}, []string{"route"})
 	final := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height",
-		Help: "Highest block height seen with state done, by chain."}, []string{"chain"})
+		Help: "Highest block height seen with state done, by chain; no series until one is known."}, []string{"chain"})
 	rej := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "client_rejections_total",
 		Help: "Client requests refused before the cache, by reason (auth, rate_limit)."}, []string{"reason"})
 	m.Throttled = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_throttled_total",
@@ -279,8 +289,11 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		}
 		m.upstreamDur[id] = upDur.WithLabelValues(r)
 	}
+	// A chain gets its finalized height on its first block list: until
+	// then it has no series, not a height of 0 (metrics_test).
+	m.finalHeight = final
 	for _, c := range chains {
-		m.finalHeight[c] = final.WithLabelValues(c)
+		m.chains[c] = true
 	}
 	m.rejections[RejectAuth] = rej.WithLabelValues("auth")
 	m.rejections[RejectRateLimit] = rej.WithLabelValues("rate_limit")
@@ -328,6 +341,18 @@ func (m *Metrics) BuildInfo(version, revision, goVersion string) {
 		Help: "Always 1; the labels name the running build: version (git describe), revision (commit) and goversion."},
 		[]string{"version", "revision", "goversion"})
 	g.WithLabelValues(version, revision, goVersion).Set(1)
+	m.Registry.MustRegister(g)
+}
+
+// MemoryBound registers explorer_edge_memory_bound_bytes: the resident
+// memory the process is sized to stay within (cache.RSSBound: 1.5 x
+// cache.max_bytes + 64 MiB, or GOMEMLIMIT + 32 MiB when that is set), the
+// line the memory panel draws and ExplorerEdgeMemoryNearBound compares
+// process_resident_memory_bytes with.
+func (m *Metrics) MemoryBound(bytes int64) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "memory_bound_bytes",
+		Help: "Resident memory the edge is sized to stay within: its Go memory limit (go_gc_gomemlimit_bytes) + 32 MiB; by default 1.5 x cache.max_bytes + 64 MiB. Give the pod some 64 MiB more."})
+	g.Set(float64(bytes))
 	m.Registry.MustRegister(g)
 }
 
@@ -390,10 +415,11 @@ func (m *Metrics) Upstream(route, outcome int, seconds float64) {
 	}
 }
 
-// FinalHeight sets the finalized height of a configured chain.
+// FinalHeight sets the finalized height of a configured chain; a height
+// of 0 (none known) makes no series.
 func (m *Metrics) FinalHeight(chain string, h int64) {
-	if g, ok := m.finalHeight[chain]; ok {
-		g.Set(float64(h))
+	if h > 0 && m.chains[chain] {
+		m.finalHeight.WithLabelValues(chain).Set(float64(h))
 	}
 }
 

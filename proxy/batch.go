@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,7 +311,12 @@ func (b *batcher) dispatch(s *settings, g *batchGroup) {
 func (b *batcher) send(s *settings, g *batchGroup) {
 	p := b.p
 	r := &routes[routeTransactionMulti]
+	finished := make([]bool, len(g.hashes))
 	finish := func(i int, records []byte, e *cache.Entry, err error) {
+		if finished[i] {
+			return
+		}
+		finished[i] = true
 		c := g.calls[i]
 		c.records, c.entry, c.err = records, e, err
 		b.mu.Lock()
@@ -318,6 +324,16 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		b.mu.Unlock()
 		close(c.done)
 	}
+	// A panic (a bug) answers every hash not yet answered with errPanic:
+	// the requests waiting for them must not wait for ever.
+	defer func() {
+		if v := recover(); v != nil {
+			p.panicked("background", v)
+			for i := range g.hashes {
+				finish(i, nil, nil, errPanic.with(fmt.Errorf("panic: %v", v), 0))
+			}
+		}
+	}()
 	// A refresh that another one beat: the hash is fresh again.
 	now := p.clock()
 	var ask []int

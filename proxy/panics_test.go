@@ -67,12 +67,16 @@ func TestCacheStateNames(t *testing.T) {
 
 // panickingTier is a shared tier that holds nothing and whose Get panics
 // while armed.
-type panickingTier struct{ armed *atomic.Bool }
+type panickingTier struct{ armed, setArmed *atomic.Bool }
 
 func (panickingTier) GetMany(keys []string, _ time.Time) []*cache.Entry {
 	return make([]*cache.Entry, len(keys))
 }
-func (panickingTier) Set(*cache.Entry, time.Time) {}
+func (p panickingTier) Set(*cache.Entry, time.Time) {
+	if p.setArmed != nil && p.setArmed.CompareAndSwap(true, false) {
+		panic("tier set panics on purpose")
+	}
+}
 
 func (p panickingTier) Get(key string, now time.Time) *cache.Entry {
 	if p.armed.CompareAndSwap(true, false) {
@@ -96,7 +100,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 	h := newHarness(t, withPurgeToken)
 	var logs testkit.LogBuffer
 	h.log = slog.New(slog.NewJSONHandler(&logs, nil))
-	var clockArmed, tierArmed atomic.Bool
+	var clockArmed, tierArmed, setArmed atomic.Bool
 	h.startWith(func(o *Options) func() {
 		now := o.Now
 		o.Now = func() time.Time {
@@ -105,7 +109,7 @@ func TestPanicsAreRecovered(t *testing.T) {
 			}
 			return now()
 		}
-		o.Tier = panickingTier{armed: &tierArmed}
+		o.Tier = panickingTier{armed: &tierArmed, setArmed: &setArmed}
 		return func() {}
 	})
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
@@ -129,6 +133,15 @@ func TestPanicsAreRecovered(t *testing.T) {
 		t.Fatalf("after the flight's panic: %d %s", r.status, r.body)
 	}
 
+	// A batch's send (a goroutine of its own): its waiters are answered.
+	hashes := h.sim.CrossHashes("TRADE_ZONE", 2)
+	multi := "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + hashes[0]
+	setArmed.Store(true)
+	isPanicAnswer("batch send", h.get(multi))
+	if r := h.get(multi); r.status != 200 {
+		t.Fatalf("after the batch's panic: %d %s", r.status, r.body)
+	}
+
 	clockArmed.Store(true)
 	isPanicAnswer("admin handler", h.purgeAs("Bearer "+testPurgeToken, `{"all":true}`))
 	if r := h.purgeAs("Bearer "+testPurgeToken, `{"all":true}`); r.status != 200 {
@@ -140,14 +153,14 @@ func TestPanicsAreRecovered(t *testing.T) {
 		clockArmed.Store(true)
 		isPanicAnswer("public handler again", h.get(target))
 	}
-	for where, want := range map[string]float64{"public": 6, "background": 1, "admin": 1} {
+	for where, want := range map[string]float64{"public": 6, "background": 2, "admin": 1} {
 		if got := panics(where); got != want {
 			t.Errorf("panics_total{where=%q} = %v, want %v", where, got, want)
 		}
 	}
 	lines := logs.Lines(t, "panic recovered")
-	if len(lines) != 3 {
-		t.Fatalf("%d lines \"panic recovered\", want 3 (one per place, the repeats sampled): %v", len(lines), lines)
+	if len(lines) != 4 {
+		t.Fatalf("%d lines \"panic recovered\", want 4 (one per place and value, the repeats sampled): %v", len(lines), lines)
 	}
 	for _, l := range lines {
 		stack, _ := l["stack"].(string)
