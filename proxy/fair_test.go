@@ -289,20 +289,22 @@ func TestAccountingPerClient(t *testing.T) {
 	app := func(p string) resp { return h.get(p, signedAs(quietKey, quietSecret, quietPass, p)...) }
 	slow := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=7"
 
-	// web leads a slow miss; three requests of app join its flight.
-	h.sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
-	before := h.upstreamCalls()
+	// web leads a miss held upstream; three requests of app join its
+	// flight before it is let go (a 300 ms delay let late ones miss it).
+	gate := h.holdUpstream()
+	defer gate.release()
 	answers := make([]resp, 4)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); answers[0] = web(slow) }()
-	testkit.WaitFor(t, "web's upstream call", func() bool { return h.upstreamCalls() > before })
+	gate.waitArrived(t, 1)
 	for i := 1; i < len(answers); i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); answers[i] = app(slow) }()
 	}
+	waitLoading(t, len(answers))
+	gate.release()
 	wg.Wait()
-	h.sim.ClearFaults()
 	hit := web(slow) // fresh for a second of the test clock, which stands still
 	forged := h.get(slow, "SVC-ACCESS-KEY", greedyKey, "SVC-ACCESS-PASSPHRASE", greedyPass,
 		"SVC-ACCESS-SIGN", "forged", "SVC-ACCESS-TIMESTAMP", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))

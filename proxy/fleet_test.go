@@ -328,8 +328,9 @@ func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
 	late := startFleetEdge(h)
 	before := h.upstreamCalls()
 	// The refresh must not finish while the 20 are answered (a -race run
-	// with one CPU saw it do so): the upstream takes its time.
-	h.sim.SetFaults(sim.Faults{Latency: 500 * time.Millisecond})
+	// with one CPU saw it do so with a 500 ms delay): it is held until then.
+	gate := h.holdUpstream()
+	defer gate.release()
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
@@ -342,7 +343,7 @@ func TestFleetServesTheSharedCopyWhileRevalidating(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	h.sim.ClearFaults()
+	gate.release()
 	key := cacheKey(t, late.p, target)
 	testkit.WaitFor(t, "the refresh", func() bool {
 		return late.cache.GetString(key).StateAt(h.clock.Now().UnixNano()) == cache.Fresh

@@ -35,11 +35,13 @@ func newClock() *clock {
 func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-// recorder keeps the request targets explorer-sim received.
+// recorder keeps the request targets explorer-sim received, and holds them
+// at its gate while a test has one set (holdUpstream).
 type recorder struct {
 	mu      sync.Mutex
 	targets []string
 	headers []http.Header
+	gate    atomic.Pointer[upstreamGate]
 }
 
 func (r *recorder) wrap(h http.Handler) http.Handler {
@@ -49,6 +51,9 @@ func (r *recorder) wrap(h http.Handler) http.Handler {
 			r.targets = append(r.targets, req.RequestURI)
 			r.headers = append(r.headers, req.Header.Clone())
 			r.mu.Unlock()
+			if g := r.gate.Load(); g != nil && !g.pass(req) {
+				return // the edge gave up on the call while it was held
+			}
 		}
 		h.ServeHTTP(w, req)
 	})

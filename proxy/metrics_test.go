@@ -152,21 +152,23 @@ func driveEveryResult(t *testing.T, h *harness) {
 	expect(h.get(targets["position-list"]), "position-list with a failing upstream", "detail=stale-if-error")
 	h.sim.ClearFaults()
 
-	// collapsed: followers of a fetch still under way at the upstream.
-	h.sim.SetFaults(sim.Faults{Latency: 500 * time.Millisecond})
+	// collapsed: followers of a fetch still under way at the upstream,
+	// held there until all have joined it.
+	gate := h.holdUpstream()
+	defer gate.release()
 	slow := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=7"
-	before := h.upstreamCalls()
 	var wg sync.WaitGroup
 	answers := make([]resp, 5)
 	wg.Add(1)
 	go func() { defer wg.Done(); answers[0] = h.get(slow) }()
-	testkit.WaitFor(t, "the leader's upstream call", func() bool { return h.upstreamCalls() > before })
+	gate.waitArrived(t, 1)
 	for i := 1; i < len(answers); i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); answers[i] = h.get(slow) }()
 	}
+	waitLoading(t, len(answers))
+	gate.release()
 	wg.Wait()
-	h.sim.ClearFaults()
 	expect(answers[0], "collapse leader", "fwd=miss; stored")
 	for _, r := range answers[1:] {
 		expect(r, "collapse follower", "fwd=miss; collapsed")

@@ -367,8 +367,9 @@ func TestSoftPurgeServesStaleWithOneRefresh(t *testing.T) {
 	if got := h.purge(`{"url":"` + target + `","soft":true}`); got.Memory != 1 || got.Mode != "soft" {
 		t.Fatalf("soft purge: %+v", got)
 	}
-	// Slow refresh: the stale copy answers everyone meanwhile.
-	h.sim.SetFaults(sim.Faults{Latency: 300 * time.Millisecond})
+	// The refresh is held: the stale copy answers everyone meanwhile.
+	gate := h.holdUpstream()
+	defer gate.release()
 	before := h.upstreamCalls()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -389,15 +390,15 @@ func TestSoftPurgeServesStaleWithOneRefresh(t *testing.T) {
 			t.Fatalf("after a soft purge: %d answers %q, want all stale", n, cs)
 		}
 	}
+	gate.release()
 	key := cacheKey(t, h.p, target)
 	testkit.WaitFor(t, "the refresh", func() bool { return !isStale(h, key) })
-	if n := h.upstreamCalls() - before; n != 1 {
-		t.Fatalf("soft purge of a hot key: %d upstream calls, want 1", n)
+	if n := h.upstreamCalls() - before; n != 1 || gate.arrived.Load() != 1 {
+		t.Fatalf("soft purge of a hot key: %d upstream calls (%d held), want 1", n, gate.arrived.Load())
 	}
 	if r := h.get(target); isMiss(r) || strings.Contains(r.header["Cache-Status"], "stale") {
 		t.Fatalf("after the refresh: %q, want a fresh hit", r.header["Cache-Status"])
 	}
-	h.sim.ClearFaults()
 	h.purge(`{"url":"` + target + `"}`)
 	if r := h.get(target); !isMiss(r) {
 		t.Fatalf("after a hard purge: %q, want a miss", r.header["Cache-Status"])
@@ -448,13 +449,17 @@ func TestPurgeDuringAFetch(t *testing.T) {
 		t.Run(fmt.Sprintf("soft=%v", soft), func(t *testing.T) {
 			h := newHarness(t, withPurgeToken)
 			target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=7"
-			h.sim.SetFaults(sim.Faults{Latency: 500 * time.Millisecond})
-			before := h.upstreamCalls()
+			// The fetch is held at the upstream until the purge has run (a
+			// 500 ms delay let a slow purge come after the answer was stored,
+			// and the test then checked an ordinary purge).
+			gate := h.holdUpstream()
+			defer gate.release()
 			done := make(chan resp)
 			go func() { done <- h.get(target) }()
-			testkit.WaitFor(t, "the fetch to reach the upstream", func() bool { return h.upstreamCalls() > before })
+			gate.waitArrived(t, 1)
 			h.clock.Advance(time.Millisecond) // the purge runs after the question left
 			h.purge(fmt.Sprintf(`{"heights":{"chain":"chainx","from":0,"to":%d},"soft":%v}`, h.sim.Head("CHAINX")+10, soft))
+			gate.release()
 			if r := <-done; r.status != 200 {
 				t.Fatalf("the request in flight: %d %s", r.status, r.body)
 			}
@@ -465,7 +470,6 @@ func TestPurgeDuringAFetch(t *testing.T) {
 			case soft && e.StateAt(h.clock.Now().UnixNano()) != cache.Stale:
 				t.Fatalf("an answer fetched before a soft purge: %v, want kept stale", e.StateAt(h.clock.Now().UnixNano()))
 			}
-			h.sim.ClearFaults()
 			// Answers asked after the purge are kept as they come.
 			h.clock.Advance(time.Millisecond)
 			h.purge(`{"url":"` + target + `"}`)
