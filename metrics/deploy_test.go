@@ -48,6 +48,7 @@ func exportedFamilies(t *testing.T) exported {
 	m.BudgetTokens(func() float64 { return 0 })                                                       // registered by the proxy's upstream
 	m.Client("anonymous")                                                                             // made by the proxy's admission, for each client
 	m.Accounts([]string{"default"}, func(int) metrics.AccountState { return metrics.AccountState{} }) // by the proxy's pool
+	m.BuildInfo("v1.0.0", "0123abcd", "go1")                                                          // by main
 	m.MemoryBound(448 << 20)                                                                          // by main, from the memory limit
 	m.FinalHeight("CHAINX", 100)                                                                      // once a block list says it
 	m.HeadAges([]string{"CHAINX", "TRADE_ZONE"}, func(string) (float64, bool) { return 1, true })     // by the proxy, once a head is seen
