@@ -19,22 +19,24 @@ import (
 
 // counts are the answers of one stage of the run (warm-up or load).
 type counts struct {
-	requests     atomic.Int64
-	status       [600]atomic.Int64
-	otherStatus  atomic.Int64
-	stale        atomic.Int64 // Cache-Status says stale
-	staleErr     atomic.Int64 // ... stale-if-error: served because the upstream failed
-	failures     atomic.Int64 // 502/503/504 for an upstream failure, while faults were in force
-	quota        atomic.Int64 // 503/50001 "upstream quota spent": the budget binds, faults or not
-	notModified  atomic.Int64 // correct 304s
-	envelopes    atomic.Int64 // 200 with an injected error envelope passed through
-	upstream400  atomic.Int64 // 400s passed through from the upstream
-	clientErrors atomic.Int64
-	wrong        atomic.Int64
-	withINM      atomic.Int64
-	withGzip     atomic.Int64
-	gzipped      atomic.Int64
-	invalidSent  atomic.Int64
+	requests       atomic.Int64
+	status         [600]atomic.Int64
+	otherStatus    atomic.Int64
+	stale          atomic.Int64 // Cache-Status says stale
+	staleErr       atomic.Int64 // ... stale-if-error: served because the upstream failed
+	failures       atomic.Int64 // 502/503/504 for an upstream failure, while faults were in force
+	quota          atomic.Int64 // 503/50001 "upstream quota spent": the budget binds, faults or not
+	notModified    atomic.Int64 // correct 304s
+	envelopes      atomic.Int64 // 200 with an injected error envelope passed through
+	upstream400    atomic.Int64 // 400s passed through from the upstream
+	clientErrors   atomic.Int64
+	wrong          atomic.Int64
+	withINM        atomic.Int64
+	withGzip       atomic.Int64
+	gzipped        atomic.Int64
+	invalidSent    atomic.Int64
+	traced         atomic.Int64 // sent with a sampled traceparent (the traced phase)
+	withTraceState atomic.Int64
 }
 
 func (c *counts) byStatus() map[int]int64 {

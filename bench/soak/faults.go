@@ -17,12 +17,14 @@ import (
 // phase is one setting of explorer-sim's faults (the JSON of POST
 // /sim/faults; absent fields are zero), and what else happens meanwhile:
 // Redis paused or stopped (fleet mode), the stale hot keys' hammer (whose
-// route the sim then answers after 2-3 s).
+// route the sim then answers after 2-3 s), the load's clients sending
+// sampled traceparents.
 type phase struct {
 	name   string
 	faults map[string]any
 	redis  redisFault
 	hammer bool
+	traced bool // every load request carries a sampled W3C traceparent (otlpsink.go)
 }
 
 // selectPhases returns the phases whose titles match re ("" all of them).
@@ -81,7 +83,8 @@ var (
 // phases is the cycle of faults, each kind alone and in mixes, with quiet
 // phases between them (after which every answer must be good again). The
 // run ends with a quiet phase of its own, outside the cycle. The 60 s of
-// make soak set the first 18 (3 s each, the last 6 s quiet). A phase with
+// make soak set the first 18 (3 s each, the last 6 s quiet): the traced
+// phase is the 16th. A phase with
 // Redis faults is followed by one whose calls the budget bounds (the two
 // are judged together, see overBudget).
 var phases = []phase{
@@ -107,7 +110,16 @@ var phases = []phase{
 	{name: "mix: 500, 429, drop, malformed, truncated, latency", faults: map[string]any{
 		"http500": 0.08, "http429": 0.03, "drop": 0.05, "malformed": 0.05, "truncated": 0.05, "latency": "10ms", "jitter": "40ms"}},
 	{name: "latency spike 450ms+[0,200ms)", faults: map[string]any{"latency": "450ms", "jitter": "200ms"}, redis: redisStopped},
-	{name: "block-list: http500 30%", faults: map[string]any{"route": "block-list", "http500": 0.3}},
+	// Traced clients over every cache state (the sink counts the cache
+	// spans of their traces by state, and each must come): misses (keys
+	// evicted from the full cache or past their keep time), fresh and stale
+	// copies, and expired ones (past stale_while_revalidate, within
+	// stale_if_error), which block-list's failing upstream makes the edge
+	// serve as stale-if-error. A traced request for an expired entry
+	// ended the process of an edge whose state names were a table of
+	// three.
+	{name: "traced: sampled traceparent (+ tracestate) on every request; block-list: http500 50%",
+		faults: map[string]any{"route": "block-list", "http500": 0.5}, traced: true},
 	{name: "mix: 429 (Retry-After 2), envelope 50011, oversized, hang", faults: map[string]any{
 		"http429": 0.05, "retry_after": 2, "envelope": 0.1, "envelope_code": "50011", "oversized": 0.05, "oversized_bytes": oversizedBytes, "hang": 0.02}},
 	{name: "transaction-multi: drop 30% + latency", faults: map[string]any{"route": "transaction-multi", "drop": 0.3, "latency": "20ms", "jitter": "600ms"}},
@@ -150,6 +162,9 @@ type timeline struct {
 	// answers of requests sent under it are counted in phase[cur].
 	cur   atomic.Int32
 	phase [maxPhases]phaseCounts
+	// traced: the phase in force is traced (its requests carry a
+	// sampled traceparent).
+	traced atomic.Bool
 }
 
 const maxPhases = 128 // phases counted apart; later ones share the last
@@ -231,6 +246,7 @@ func (sc *simControl) set(ctx context.Context, ph phase) error {
 	sc.tl.spans = append(sc.tl.spans, span{from: now, ph: ph, calls: -1})
 	sc.tl.names = append(sc.tl.names, ph.title(sc.fleet))
 	sc.tl.cur.Store(int32(len(sc.tl.spans) - 1))
+	sc.tl.traced.Store(ph.traced)
 	sc.tl.mu.Unlock()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sc.base+"/sim/faults", bytes.NewReader(body))
 	if err != nil {

@@ -13,6 +13,12 @@
 // hold idle connections, smuggle requests, forge and spray
 // X-Forwarded-For and send oversized headers for the whole load.
 //
+// The nodes trace every request (sample_ratio 1) to an OTLP/HTTP sink in
+// the soak's process (otlpsink.go), and in one phase the load's clients
+// send sampled traceparents over keys in every cache state; the sink must
+// have had spans, and no node may have recovered a panic
+// (explorer_edge_panics_total).
+//
 // Beside it runs the moving chain (moving.go): a second explorer-sim on
 // real time and a second explorer-edge with the shipped TTLs and stale
 // windows, whose answers are compared with the upstream's as the chain
@@ -27,6 +33,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -69,6 +76,7 @@ type options struct {
 	hammerRate      float64 // its bound, requests per second
 	omitKeys        string  // comma-separated config keys left out
 	phases          string  // regexp on the phases' titles; "" all
+	traceRatio      float64 // the nodes' tracing.sample_ratio
 	out             io.Writer
 }
 
@@ -102,7 +110,8 @@ func main() {
 	flag.IntVar(&o.hammerConns, "hammer-conns", 64, "connections asking the stale hot keys in their phase")
 	flag.Float64Var(&o.hammerRate, "hammer-rate", 20000, "bound on the stale hot keys' requests per second")
 	flag.StringVar(&o.phases, "phases", "", "regular expression: cycle only the fault phases whose titles match, e.g. 'none|drop 50'")
-	flag.StringVar(&o.omitKeys, "omit-keys", "", "comma-separated edge config keys to leave out (server.max_conns_per_ip, auth.ip_max_tracked), to run an edge built before them")
+	flag.Float64Var(&o.traceRatio, "trace-ratio", 1, "the nodes' tracing.sample_ratio: 1 traces every request; 0 only those of the traced phase (sampled traceparents)")
+	flag.StringVar(&o.omitKeys, "omit-keys", "", "comma-separated edge config keys to leave out (server.max_conns_per_ip, auth.ip_max_tracked, tracing), to run an edge built before them")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -145,6 +154,8 @@ type result struct {
 	upBurst          int
 	fleet            bool
 	phaseRows        []phaseRow
+	sink             *sinkStats // nil: tracing off (-omit-keys tracing)
+	tracedRun        bool       // the traced phase was set
 
 	mv        *movingStats // nil: no moving chain
 	mvTargets int
@@ -160,6 +171,7 @@ type nodeResult struct {
 	gorBefore, gorAfter, gorPeak float64
 	gorSettle                    time.Duration
 	alive                        bool
+	panics                       float64 // explorer_edge_panics_total at the last scrape; -1 absent
 }
 
 func (r *result) fail(format string, args ...any) {
@@ -220,6 +232,7 @@ type soak struct {
 	pl    *pool
 	nodes []*node
 	ck    *checker
+	sink  *otlpSink // nil: tracing off
 }
 
 // loadClient is a client of one edge node with up to conns connections.
@@ -300,6 +313,14 @@ func run(ctx context.Context, o options) (res *result, err error) {
 			omit[k] = true
 		}
 	}
+	// The OTLP/HTTP receiver of the nodes' spans.
+	var sink *otlpSink
+	if !omit["tracing"] {
+		if sink, err = startOTLPSink(); err != nil {
+			return res, err
+		}
+		defer sink.close()
+	}
 	var nodes []*node
 	defer func() {
 		for _, n := range nodes {
@@ -312,7 +333,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 			n.listen, n.admin = addrs[0], addrs[1]
 			cfgPath := filepath.Join(dir, n.name+".yaml")
 			cfg := edgeConfig(edgeParams{listen: n.listen, admin: n.admin, upstream: "http://" + simAddr, maxBytes: o.maxBytes,
-				rate: o.upRate, burst: o.upBurst, redis: redisAddr, nodes: nNodes, omit: omit})
+				rate: o.upRate, burst: o.upBurst, redis: redisAddr, nodes: nNodes, omit: omit, otlp: sink.endpoint(), traceRatio: o.traceRatio})
 			if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 				return nil, "", err
 			}
@@ -331,6 +352,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		where = fmt.Sprintf("%d nodes sharing redis-server on %s", nNodes, redisAddr)
 	}
 	logf("explorer-sim on %s; explorer-edge %s: %s; upstream budget %.0f/s, burst %d; files in %s", simAddr, where, nodeAddrs(nodes), o.upRate, o.upBurst, dir)
+	if sink != nil {
+		logf("tracing: sample_ratio %g, spans to the OTLP/HTTP sink on %s", o.traceRatio, sink.url)
+	}
 
 	// The moving chain and its edge.
 	var mv *moving
@@ -371,7 +395,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	}
 	defer func() { stopScr(); scrWG.Wait() }()
 
-	s := &soak{o: o, pl: pl, nodes: nodes, ck: &checker{t0: t0, tl: sc.tl}}
+	s := &soak{o: o, pl: pl, nodes: nodes, ck: &checker{t0: t0, tl: sc.tl}, sink: sink}
 	lim := rate.NewLimiter(rate.Limit(o.rate), o.workers)
 
 	// Warm-up: every valid target once, no faults.
@@ -389,6 +413,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("interrupted")
 	}
+	if err := deaths(nodes); err != nil {
+		return res, fmt.Errorf("during the warm-up: %w", err)
+	}
 	logf("warm-up: %d requests in %.1fs, %d wrong, %d refused for the quota", res.warm.requests.Load(), res.warmTime.Seconds(), res.warm.wrong.Load(), res.warm.quota.Load())
 
 	// fasthttp keeps a worker goroutine per connection it served, idle, for
@@ -402,6 +429,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 			conns += hostileConns
 		}
 		if err := warmWorkers(n, pl.hot, conns); err != nil {
+			if err := deaths(nodes); err != nil {
+				return res, fmt.Errorf("during the warm-up: %w", err)
+			}
 			return res, fmt.Errorf("%s: %w", n.name, err)
 		}
 	}
@@ -414,7 +444,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		base, err := n.scr.settle(runCtx, 3*time.Second)
 		if err != nil {
 			if !n.proc.alive() {
-				return res, fmt.Errorf("%s died during the warm-up: %v (output in %s)", n.name, n.proc.waitErr, n.proc.logPath)
+				return res, fmt.Errorf("during the warm-up: %w", deaths(nodes))
 			}
 			return res, fmt.Errorf("%s goroutine baseline: %w", n.name, err)
 		}
@@ -475,7 +505,7 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		}
 		nr := res.nodes[i]
 		settleStart := time.Now()
-		after, err := n.scr.waitBelow(runCtx, nr.gorBefore+goroutineSlack, goroutineWait)
+		after, err := n.scr.waitBelow(ctx, nr.gorBefore+goroutineSlack, goroutineWait)
 		if err != nil && n.proc.alive() {
 			return res, fmt.Errorf("%s goroutines after the load: %w", n.name, err)
 		}
@@ -488,6 +518,9 @@ func run(ctx context.Context, o options) (res *result, err error) {
 	res.budgetTime = time.Since(budgetStart)
 	res.upstreamCalls, res.authFailures = st.RequestsTotal, st.AuthFailures
 	for i, n := range nodes {
+		// The last reading of panics_total before the node stops (the
+		// scrapes of the run are kept too: the highest counts).
+		n.scr.scrape(ctx)
 		res.nodes[i].alive = n.proc.alive()
 	}
 	stopScr()
@@ -496,6 +529,11 @@ func run(ctx context.Context, o options) (res *result, err error) {
 		n.proc.stop()
 	}
 	simProc.stop()
+	if sink != nil {
+		// The nodes flushed their last batch as they stopped.
+		st := sink.stats()
+		res.sink = &st
+	}
 	for _, n := range nodes {
 		p, err := scanPanics(n.proc.logPath)
 		if err != nil {
@@ -563,6 +601,26 @@ func warmWorkers(n *node, hot []*target, conns int) error {
 		res.Body.Close()
 	}
 	return nil
+}
+
+// deaths names the nodes that have exited, with their exit status and the
+// first panic line of their output; nil if none has.
+func deaths(nodes []*node) error {
+	var parts []string
+	for _, n := range nodes {
+		if n.proc.alive() {
+			continue
+		}
+		d := fmt.Sprintf("%s died (%v; output in %s)", n.name, n.proc.waitErr, n.proc.logPath)
+		if p, _ := scanPanics(n.proc.logPath); len(p) > 0 {
+			d += ": " + p[0]
+		}
+		parts = append(parts, d)
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 func allAlive(nodes []*node) bool {
@@ -655,6 +713,9 @@ func (s *soak) one(c *counts, n *node, t *target, r *rand.Rand, req *fasthttp.Re
 	} else {
 		c.invalidSent.Add(1)
 	}
+	if s.sink != nil && s.ck.tl.traced.Load() {
+		s.sink.traceHeaders(req, r, c)
+	}
 	c.requests.Add(1)
 	pc := s.ck.tl.current()
 	start := time.Now()
@@ -739,6 +800,39 @@ func (s *soak) judge(res *result, loadStart time.Time, d time.Duration) {
 		}
 		if !nr.alive {
 			res.fail("%s: the edge process died", n.name)
+		}
+		nr.panics = -1
+		for _, sm := range samples {
+			nr.panics = max(nr.panics, sm.panics)
+		}
+		if nr.panics > 0 {
+			res.fail("%s: explorer_edge_panics_total %.0f: a panic recovered is a bug (its stack is in %s)", n.name, nr.panics, n.proc.logPath)
+		}
+	}
+	res.tracedRun = res.load.traced.Load() > 0
+	if st := res.sink; st != nil {
+		switch {
+		case st.requests == 0 && (s.o.traceRatio > 0 || res.tracedRun):
+			res.fail("tracing: the OTLP sink received no export")
+		case st.spans == 0:
+			res.fail("tracing: the OTLP sink received %d exports without a span", st.requests)
+		}
+		if st.bad > 0 {
+			res.fail("tracing: %d exports the sink could not decode, the first: %s", st.bad, st.firstBad)
+		}
+		if len(st.unknown) > 0 {
+			res.fail("tracing: cache spans with a state of no name: %v", st.unknown)
+		}
+		alive := true
+		for _, nr := range res.nodes {
+			alive = alive && nr.alive
+		}
+		if res.tracedRun && alive {
+			for _, k := range cacheStates {
+				if st.client[k] == 0 {
+					res.fail("tracing: no cache span in state %q in the traces the clients started (%s): the traced phase did not reach every cache state", k, byState(st.client))
+				}
+			}
 		}
 	}
 	if res.authFailures > 0 {
@@ -859,6 +953,26 @@ func (res *result) print(o options) {
 		add("  RSS stable", "%s", nr.rssStable)
 	}
 	add("panics", "%d", len(res.panics))
+	var recovered []string
+	for _, nr := range res.nodes {
+		if nr.panics < 0 {
+			recovered = append(recovered, nr.name+" n/a (no explorer_edge_panics_total: an edge older than it)")
+		} else {
+			recovered = append(recovered, fmt.Sprintf("%s %.0f", nr.name, nr.panics))
+		}
+	}
+	add("panics recovered", "%s (explorer_edge_panics_total; each a bug)", strings.Join(recovered, ", "))
+	if st := res.sink; st != nil {
+		add("tracing", "%d exports to the OTLP sink (%s, %d spans, %d refused); cache spans: %s", st.requests, mib(float64(st.bytes)), st.spans, st.bad, byState(st.states))
+		if res.tracedRun {
+			add("  traced phase", "%d requests with a sampled traceparent (%d with a tracestate); cache spans of their traces: %s",
+				ld.traced.Load(), ld.withTraceState.Load(), byState(st.client))
+		} else {
+			add("  traced phase", "not run")
+		}
+	} else {
+		add("tracing", "off (-omit-keys tracing)")
+	}
 	add("fault phases", "%d set, %v each (per phase below)", len(res.phasesRun), o.phase)
 	verdict := "PASS"
 	if !res.pass {

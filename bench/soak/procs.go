@@ -179,6 +179,8 @@ type edgeParams struct {
 	burst                   int
 	redis                   string          // shared.redis_addr; "" single node
 	nodes                   int             // nodes sharing it
+	otlp                    string          // tracing.otlp_endpoint; "" tracing off
+	traceRatio              float64         // tracing.sample_ratio
 	omit                    map[string]bool // keys left out, for an edge older than them
 }
 
@@ -228,11 +230,17 @@ cache:
 		// lock_wait: a holder's fetch ends within retry_max_time (2 s).
 		fmt.Fprintf(&b, "shared:\n  redis_addr: %q\n  prefix: \"soak:\"\n  lock_wait: 2s\n  local_share: %g\n", p.redis, 1/float64(max(p.nodes, 1)))
 	}
+	if p.otlp != "" {
+		// At 1 (the default) every request is traced; a client's sampled
+		// traceparent is followed at any ratio.
+		opt("tracing", "tracing:\n  otlp_endpoint: %q\n  sample_ratio: %g\n", p.otlp, p.traceRatio)
+	}
 	b.WriteString("log:\n  level: warn\n  format: json\n")
 	return b.String()
 }
 
-// scanPanics returns the lines of the edge's output that tell of a panic or
+// scanPanics returns the lines of the edge's output that tell of a panic, a
+// panic the edge recovered (logged "panic recovered", a bug all the same) or
 // a fatal runtime error.
 func scanPanics(path string) ([]string, error) {
 	f, err := os.Open(path)
@@ -244,7 +252,7 @@ func scanPanics(path string) ([]string, error) {
 	r := bufio.NewReaderSize(f, 1<<16)
 	for {
 		line, err := r.ReadString('\n')
-		if strings.Contains(line, "panic:") || strings.Contains(line, "fatal error:") {
+		if strings.Contains(line, "panic:") || strings.Contains(line, "panic recovered") || strings.Contains(line, "fatal error:") {
 			out = append(out, strings.TrimSpace(line))
 		}
 		if err == io.EOF {

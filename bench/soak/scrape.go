@@ -19,6 +19,7 @@ type sample struct {
 	rss        float64 // process_resident_memory_bytes
 	cacheBytes float64 // explorer_edge_cache_bytes
 	entries    float64 // explorer_edge_cache_entries
+	panics     float64 // explorer_edge_panics_total, every where; -1 absent (an edge older than it)
 }
 
 // scraper reads the edge's admin /metrics and keeps every sample.
@@ -53,11 +54,20 @@ func (s *scraper) scrape(ctx context.Context) (sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return sample{}, fmt.Errorf("GET %s: %d", s.url, resp.StatusCode)
 	}
-	sm := sample{at: time.Now(), goroutines: -1, rss: -1}
+	sm := sample{at: time.Now(), goroutines: -1, rss: -1, panics: -1}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if strings.HasPrefix(line, "explorer_edge_panics_total{") {
+			// One line per where label: summed.
+			v, err := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndexByte(line, ' '):]), 64)
+			if err != nil {
+				return sample{}, fmt.Errorf("/metrics: %q: %w", line, err)
+			}
+			sm.panics = max(sm.panics, 0) + v
+			continue
+		}
 		var dst *float64
 		switch {
 		case strings.HasPrefix(line, "go_goroutines "):
@@ -154,9 +164,9 @@ func (s *scraper) pollGoroutines(ctx context.Context, limit time.Duration, done 
 // writeTSV writes the samples to path, one line each, seconds since t0.
 func (s *scraper) writeTSV(path string, t0 time.Time) error {
 	var b strings.Builder
-	b.WriteString("seconds\tgoroutines\trss_bytes\tcache_bytes\tcache_entries\n")
+	b.WriteString("seconds\tgoroutines\trss_bytes\tcache_bytes\tcache_entries\tpanics\n")
 	for _, sm := range s.all() {
-		fmt.Fprintf(&b, "%.2f\t%.0f\t%.0f\t%.0f\t%.0f\n", sm.at.Sub(t0).Seconds(), sm.goroutines, sm.rss, sm.cacheBytes, sm.entries)
+		fmt.Fprintf(&b, "%.2f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\n", sm.at.Sub(t0).Seconds(), sm.goroutines, sm.rss, sm.cacheBytes, sm.entries, sm.panics)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -44,6 +44,7 @@ func TestSoak(t *testing.T) {
 		hostile:     true,
 		hammerConns: 16,
 		hammerRate:  3000,
+		traceRatio:  1,
 		out:         &out,
 	})
 	t.Log("\n" + out.String())
