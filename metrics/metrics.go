@@ -43,10 +43,11 @@ const (
 	OutcomeBreakerOpen
 	OutcomeBudgetExhausted
 	OutcomeCredentials // the upstream refused the account's credentials (HTTP 401 or 50102-50113)
+	OutcomeNotFound    // the upstream has no such path (HTTP 404): upstream.base_url is wrong
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted", "credentials"}
+var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted", "credentials", "not_found"}
 
 // Codes are the envelope codes counted by requests_total; others count as "other".
 var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",

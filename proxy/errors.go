@@ -88,6 +88,11 @@ var (
 	// to a client as the upstream said it: the client's credentials are
 	// fine, the edge's are not.
 	errCredentials = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream refused the edge's own credentials", reason: "credentials"}
+	// errUpstreamNotFound: the upstream answered 404, no such path. The
+	// edge asks only the API's own routes, so upstream.base_url is wrong
+	// (a prefix too many, another service): the edge's failure, never
+	// passed on as the client's 404.
+	errUpstreamNotFound = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream has no such path (check upstream.base_url)", reason: "not-found"}
 	// errFailingEnvelope: the upstream answered an envelope that says it is
 	// failing (upstreamFailing). It is the account's failure; when no
 	// other account can be asked, the envelope is passed on as it came.

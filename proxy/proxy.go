@@ -162,29 +162,8 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 // applied too.
 func (p *Proxy) Reload(cfg config.Config) error {
 	old := p.settings.Load()
-	var errs []error
-	if !slicesEqualFold(old.cfg.Chains, cfg.Chains) {
-		errs = append(errs, errors.New("chains cannot change on reload; restart"))
-	}
-	if old.cfg.Listen != cfg.Listen || old.cfg.AdminListen != cfg.AdminListen {
-		errs = append(errs, errors.New("listen and admin_listen cannot change on reload; restart"))
-	}
-	if old.cfg.Cache.MaxBytes != cfg.Cache.MaxBytes || old.cfg.Cache.IdentityBytes != cfg.Cache.IdentityBytes || old.cfg.Shared != cfg.Shared {
-		errs = append(errs, errors.New("cache.max_bytes, cache.identity_bytes and shared cannot change on reload; restart"))
-	}
-	if old.cfg.Upstream.BaseURL != cfg.Upstream.BaseURL || !p.up.sameAccounts(cfg.Upstream) {
-		errs = append(errs, errors.New("upstream.base_url and the names and base_url of upstream.accounts cannot change on reload; restart"))
-	}
-	if ou, nu := old.cfg.Upstream, cfg.Upstream; ou.MaxConns != nu.MaxConns || ou.MaxResponseBytes != nu.MaxResponseBytes ||
-		ou.BreakerFailures != nu.BreakerFailures || ou.BreakerOpenFor != nu.BreakerOpenFor {
-		errs = append(errs, errors.New("upstream.max_conns, max_response_bytes, breaker_failures and breaker_open_for cannot change on reload; restart"))
-	}
-	if os, ns := old.cfg.Server, cfg.Server; os.ReadTimeout != ns.ReadTimeout || os.WriteTimeout != ns.WriteTimeout ||
-		os.IdleTimeout != ns.IdleTimeout || os.MaxHeaderBytes != ns.MaxHeaderBytes || os.MaxConns != ns.MaxConns || os.GOMAXPROCS != ns.GOMAXPROCS || os.PlainConns != ns.PlainConns ||
-		os.MaxConnsPerIP != ns.MaxConnsPerIP {
-		errs = append(errs, errors.New("server.* other than max_url_bytes cannot change on reload; restart"))
-	}
-	if err := errors.Join(errs...); err != nil {
+	// Every key is applied below or refused by name (config.ReloadRules).
+	if _, err := config.ReloadChanges(&old.cfg, &cfg); err != nil {
 		return err
 	}
 	s, err := newSettings(cfg, p.metrics)
@@ -197,18 +176,6 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	return nil
-}
-
-func slicesEqualFold(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if !strings.EqualFold(strings.TrimSpace(a[i]), strings.TrimSpace(b[i])) {
-			return false
-		}
-	}
-	return true
 }
 
 // SetDraining makes /readyz say not ready while the server drains.
@@ -234,6 +201,11 @@ func (p *Proxy) Ready() (bool, string) {
 			return false, why + " and nothing cached"
 		}
 		return true, "ok; " + why + ", serving cached answers"
+	}
+	if notReady, why := p.selfCheckReason(empty); notReady {
+		return false, why + "; nothing cached"
+	} else if why != "" {
+		return true, "ok; " + why
 	}
 	if failing := p.up.failing(); failing != "" {
 		return true, "ok; failing upstream accounts (asked only when no other can be): " + failing

@@ -46,6 +46,9 @@ type upstream struct {
 	// lock.until. nil = none.
 	lock atomic.Pointer[lockout]
 	rate atomic.Uint64 // current budget rate (float64 bits), lowered after a 429
+	// checked is the account's last self-check (selfcheck.go); nil = not
+	// asked yet. A good answer to any call sets it passed.
+	checked atomic.Pointer[selfCheckState]
 	// sample says whether a repeatable line may go out (Proxy.sampleWarn);
 	// nil = never.
 	sample func(repeatKey) (ok bool, suppressed int64)
@@ -221,6 +224,12 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 		outcome = metrics.OutcomeCredentials
 		result = errCredentials.with(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
 		u.credentialsRefused(status, code)
+	case status == fasthttp.StatusNotFound:
+		// Whatever envelope came with it: the path asked is the API's, so
+		// the base_url is wrong. An upstream failure, counted and alerted
+		// on, never the client's 404.
+		outcome = metrics.OutcomeNotFound
+		result = errUpstreamNotFound.with(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		outcome = metrics.Outcome429
 		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
@@ -322,6 +331,9 @@ func (u *upstream) throttled(v []byte, now time.Time) time.Duration {
 // nothing against its Retry-After. It raises a lowered budget rate by a
 // quarter per success.
 func (u *upstream) recovered(sent time.Time) {
+	if st := u.checked.Load(); st != checkPassed {
+		u.checked.Store(checkPassed)
+	}
 	if l := u.lock.Load(); l != nil && l.set.Before(sent) {
 		u.lock.CompareAndSwap(l, nil)
 	}

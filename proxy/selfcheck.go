@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The upstream self-check: at start, and again while it fails, each
+// account is asked the cheapest question there is (the first chain's
+// newest block, block-list limit=1), signed and within its budget, to say
+// whether upstream.base_url and the credentials work before clients find
+// out. Its result is in /readyz's reason. A base_url the upstream answers
+// 404 to, or credentials it refuses, make the pod not ready while nothing
+// is cached: a rollout of a wrong configuration stops at its first pod,
+// and the pods before it keep serving. Any other failure (a timeout, a
+// 5xx: the upstream down) leaves readiness to the breaker, as without a
+// self-check. A failed account is asked again every RetrySelfCheck
+// interval until it answers, and any answer it gives a client clears it
+// too: a failed self-check never keeps a healthy pod unready.
+
+// selfCheckState is an account's last self-check.
+type selfCheckState struct {
+	ok bool
+	// misconfigured: the account's base_url (404) or credentials were
+	// refused: the configuration is wrong, not the upstream down.
+	misconfigured bool
+	why           string
+	at            time.Time
+}
+
+// checkPassed is the state of an account that answered.
+var checkPassed = &selfCheckState{ok: true}
+
+// errSelfCheckDeferred: no budget token was free for an account's
+// self-check; it is asked again later.
+var errSelfCheckDeferred = errors.New("upstream self-check deferred: the upstream budget is spent")
+
+// SelfCheck asks every upstream account block-list limit=1 of the first
+// chain, at once, and keeps each result for Ready. It returns nil when
+// every account answered (any envelope: the URL and the credentials
+// work), or an error naming each account's problem: 404, the base_url;
+// HTTP 401 or 50102-50113, the credentials; else the upstream's failure,
+// or errSelfCheckDeferred when no budget token was free. It never waits
+// for the budget: it takes a token as a background refresh does.
+func (p *Proxy) SelfCheck(ctx context.Context) error { return p.selfCheck(ctx, false) }
+
+// selfCheck is SelfCheck, of the accounts not known to answer only when
+// failedOnly.
+func (p *Proxy) selfCheck(ctx context.Context, failedOnly bool) error {
+	s := p.settings.Load()
+	r := &routes[routeBlockList]
+	target := r.path + "?chainShortName=" + url.QueryEscape(s.chains[0]) + "&limit=1"
+	errs := make([]error, len(p.up.accts))
+	var wg sync.WaitGroup
+	for i, u := range p.up.accts {
+		if st := u.checked.Load(); failedOnly && st != nil && st.ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.checkAccount(ctx, u, r, target)
+		}()
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	switch {
+	case err == nil:
+		p.log.Info("upstream self-check ok", "accounts", len(p.up.accts), "question", target)
+	case errors.Is(err, errSelfCheckDeferred) || ctx.Err() != nil:
+		p.log.Warn("upstream self-check not done", "err", err.Error())
+	case p.misconfigured():
+		// The configuration is wrong: nothing will work until it is fixed.
+		p.log.Error("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
+	default:
+		// The upstream down or slow: the breaker and stale copies see to it.
+		p.log.Warn("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
+	}
+	return err
+}
+
+// checkAccount asks u target once and records the result on u.
+func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route, target string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ok, _ := u.budget.Take(0, true); !ok {
+		return errSelfCheckDeferred
+	}
+	_, err := u.breaker.Execute(func() (struct{}, error) {
+		_, err := u.call(nil, r, target, u.cfg.Load().Timeout)
+		return struct{}{}, err
+	})
+	if err == nil {
+		u.checked.Store(checkPassed)
+		return nil
+	}
+	st := &selfCheckState{why: err.Error(), at: time.Now()}
+	var e *Error
+	switch {
+	case errors.As(err, &e) && e.reason == errUpstreamNotFound.reason:
+		st.misconfigured, st.why = true, "the upstream answered 404, no such path: upstream.base_url is wrong"
+	case errors.As(err, &e) && e.reason == errCredentials.reason:
+		st.misconfigured, st.why = true, "the upstream refused the credentials (api_key, secret_key, passphrase)"
+	case errors.As(err, &e):
+		st.why = "the upstream failed: " + e.Msg
+	}
+	u.checked.Store(st)
+	return errors.New("account " + u.name + ": " + st.why)
+}
+
+// RetrySelfCheck asks the accounts that failed SelfCheck (or were not
+// asked for want of a budget token) again every `every`, until each has
+// answered it or a client's call, or ctx ends. It returns at once when
+// every account is known to answer.
+func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
+	for !p.selfChecked() {
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !p.selfChecked() {
+			p.selfCheck(ctx, true)
+		}
+	}
+}
+
+// misconfigured reports whether an account's base_url or credentials were
+// refused at its last self-check.
+func (p *Proxy) misconfigured() bool {
+	for _, u := range p.up.accts {
+		if st := u.checked.Load(); st != nil && st.misconfigured {
+			return true
+		}
+	}
+	return false
+}
+
+// selfChecked reports whether every account is known to answer.
+func (p *Proxy) selfChecked() bool {
+	for _, u := range p.up.accts {
+		if st := u.checked.Load(); st == nil || !st.ok {
+			return false
+		}
+	}
+	return true
+}
+
+// selfCheckReason is what the self-check adds to Ready: whether it makes
+// the pod not ready (an account's base_url or credentials refused, no
+// account known to answer, and nothing cached to serve) and the words for
+// the reason; "" when no account has failed it.
+func (p *Proxy) selfCheckReason(empty bool) (notReady bool, why string) {
+	var failed []string
+	misconfigured, answers := true, false
+	for _, u := range p.up.accts {
+		st := u.checked.Load()
+		switch {
+		case st == nil:
+		case st.ok:
+			answers = true
+		default:
+			failed = append(failed, "account "+u.name+": "+st.why+" (at "+st.at.UTC().Format(time.RFC3339)+")")
+			misconfigured = misconfigured && st.misconfigured
+		}
+	}
+	if len(failed) == 0 {
+		return false, ""
+	}
+	return misconfigured && !answers && empty, "upstream self-check failed: " + strings.Join(failed, "; ")
+}
