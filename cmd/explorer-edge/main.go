@@ -198,6 +198,18 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	if err != nil {
 		return err
 	}
+	// The upstream self-check, before anything is served: one signed
+	// question to each account says whether base_url and the credentials
+	// work (logged; in /readyz). An account that failed it is asked again,
+	// at a low rate, until it answers.
+	p.SelfCheck(context.Background())
+	selfCheckCtx, stopSelfCheck := context.WithCancel(context.Background())
+	selfCheckDone := make(chan struct{})
+	go func() {
+		defer close(selfCheckDone)
+		p.RetrySelfCheck(selfCheckCtx, selfCheckEvery)
+	}()
+	defer func() { stopSelfCheck(); <-selfCheckDone }()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -329,6 +341,10 @@ func changedKeys(keys []string) []string {
 	}
 	return keys
 }
+
+// selfCheckEvery is how often an upstream account that failed the
+// self-check is asked again.
+const selfCheckEvery = 30 * time.Second
 
 // watchSettle is how long the config file must stay unchanged before
 // watch_config reloads it.

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -118,5 +120,47 @@ func TestCheckConfigWarnsAndNamesIgnoredEnv(t *testing.T) {
 	if !strings.Contains(out, "upstream: api_key, secret_key and passphrase are all required") ||
 		!strings.Contains(out, "ignored, no config keys: EDGE_UPSTREAM__SECRETKEY") || strings.Contains(out, "the-real-secret-value") {
 		t.Fatalf("the problem and the ignored variable beside it:\n%s", out)
+	}
+}
+
+// TestStartSelfCheck: at start the edge asks the upstream one signed
+// question; refused credentials are logged and make /readyz say so (503:
+// nothing cached), and once the credentials are fixed by a reload the
+// first good answer makes the pod ready again.
+func TestStartSelfCheck(t *testing.T) {
+	_, url, _ := startSim(t, sim.Faults{})
+	wrong := edgeFile{upstream: url, key: "not-the-key", secret: "00000000000000000000000000000000", pass: "not-the-passphrase"}
+	e := startEdge(t, wrong)
+	failed := 0
+	for _, l := range e.logs.Lines(t, "") {
+		if l["msg"] == "upstream self-check failed" && l["level"] == "ERROR" && strings.Contains(l["problems"].(string), "refused the credentials") {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Fatalf("%d self-check failures logged, want 1:\n%s", failed, e.logs)
+	}
+	readyz := func() (int, string) {
+		res, err := http.Get("http://" + e.file.admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if status, body := readyz(); status != 503 || !strings.Contains(body, "upstream self-check failed") || !strings.Contains(body, "refused the credentials") {
+		t.Fatalf("/readyz with refused credentials: %d %s", status, body)
+	}
+	right := demoEdge(url)
+	right.listen, right.admin = e.file.listen, e.file.admin
+	e.write(right.yaml())
+	e.signal(syscall.SIGHUP)
+	e.reloads("ok", 1)
+	if status, code, _ := e.get(blocks); status != 200 || code != "0" {
+		t.Fatalf("after the reload: %d %s", status, code)
+	}
+	if status, body := readyz(); status != 200 || strings.Contains(body, "self-check") {
+		t.Fatalf("/readyz after a good answer: %d %s", status, body)
 	}
 }
