@@ -2,8 +2,8 @@
 #
 # explorer-edge image: both binaries on distroless/static, running as nonroot.
 #
-#   make image        # docker build with VERSION and REVISION from git
-#   docker build -t explorer-edge:dev --build-arg VERSION=$(git describe --tags --always --dirty) \
+#   make image        # tags explorer-edge:$(git describe ...) and explorer-edge:latest
+#   docker build -t explorer-edge:latest --build-arg VERSION=$(git describe --tags --always --dirty) \
 #     --build-arg REVISION=$(git rev-parse HEAD) .
 #   docker run --rm -p 8080:8080 -p 8081:8081 \
 #     -e EDGE_UPSTREAM__BASE_URL=https://explorer.example \
@@ -11,7 +11,14 @@
 #     explorer-edge:latest
 #   docker run --rm explorer-edge:latest -check-config          # validate the baked-in config
 #   docker run --rm explorer-edge:latest -version
-#   docker run --rm --entrypoint /usr/local/bin/explorer-sim explorer-edge:latest
+#
+# explorer-sim in a container of its own, reached by name from the edge's
+# (it listens on loopback unless told otherwise):
+#   docker network create edge-net
+#   docker run -d --rm --name sim --network edge-net --entrypoint /usr/local/bin/explorer-sim \
+#     explorer-edge:latest -listen 0.0.0.0:8900
+#   docker run --rm --network edge-net -p 8080:8080 -p 8081:8081 \
+#     -e EDGE_UPSTREAM__BASE_URL=http://sim:8900 explorer-edge:latest
 #
 # Secrets are never baked in: every config key can be set from EDGE_* variables.
 
@@ -22,7 +29,13 @@ ARG GO_VERSION=1.26
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG CREATED=
+# The repository's web address, for org.opencontainers.image.source (make
+# image passes git's origin when it is an https URL, or SOURCE=...).
+ARG SOURCE=
 
+# The base images are named by tag. To pin them by digest (a rebuild then
+# gets the same bytes), see deploy/README.md, Image: append @sha256:... to
+# each FROM's image (and to base.name below); Docker checks the digest.
 # Build on the builder's own platform and cross-compile (pure Go, CGO off), so
 # `docker buildx build --platform linux/amd64,linux/arm64` needs no emulation.
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
@@ -55,11 +68,14 @@ FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION
 ARG REVISION
 ARG CREATED
+ARG SOURCE
 LABEL org.opencontainers.image.title="explorer-edge" \
       org.opencontainers.image.description="Caching edge in front of a chain explorer's read API" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="gcr.io/distroless/static-debian12:nonroot"
 COPY --from=build /out/explorer-edge /out/explorer-sim /usr/local/bin/
 # The container's config: every interface, JSON logs (the repository's
@@ -70,8 +86,10 @@ USER nonroot:nonroot
 # 8080 public API (listen), 8081 /metrics /healthz /readyz (admin_listen).
 EXPOSE 8080 8081
 # distroless has no shell and no curl: the binary asks its own admin port's
-# /readyz (admin_listen of the same config; 127.0.0.1 for a listener on
-# every interface). Kubernetes ignores HEALTHCHECK and uses its probes.
+# /healthz (admin_listen of the same config; 127.0.0.1 for a listener on
+# every interface). Liveness, not /readyz: an edge with an empty cache during
+# an upstream outage is unready, and Swarm or autoheal would restart it and
+# throw away whatever it had. Kubernetes ignores HEALTHCHECK and uses its probes.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
   CMD ["/usr/local/bin/explorer-edge", "-config", "/etc/explorer-edge/config.yaml", "-healthcheck"]
 # Flags given to `docker run` or Kubernetes `args` are appended; a repeated

@@ -6,16 +6,26 @@ BIN := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
-IMAGE ?= explorer-edge:$(VERSION)
+# make image tags the build twice: $(IMAGE_NAME):$(VERSION), the name to push
+# and pin (deploy/k8s/kustomization.yaml), and $(IMAGE_NAME):latest, the
+# name the docs' `docker run` lines use for the last build made here.
+IMAGE_NAME ?= explorer-edge
+IMAGE ?= $(IMAGE_NAME):$(VERSION)
+# org.opencontainers.image.source: the repository's web address (a registry
+# links the image to it). From git's origin when it is an https URL; set
+# SOURCE=https://... when origin is ssh or absent.
+SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep '^https://' | sed 's/\.git$$//')
 
 .PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
 
-# The container image, named and labelled with the same version.
+# The container image, named and labelled with the same version, and
+# tagged latest too.
 image:
-	docker build -t $(IMAGE) --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+	docker build -t $(IMAGE) -t $(IMAGE_NAME):latest \
+	  --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) --build-arg SOURCE='$(SOURCE)' \
 	  --build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .
 
 run: build

@@ -33,6 +33,17 @@ import (
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// mainUsage is the synopsis: every subcommand, then the flags of the first
+// form (`explorer-edge -h`).
+const mainUsage = `usage: explorer-edge [-config FILE] [-check-config | -healthcheck [-healthcheck-path P] | -version]
+       explorer-edge purge [-admin URL] [-token-file F] [-soft] SELECTOR
+       explorer-edge inspect [-admin URL] [-token-file F] -url URI
+The first form serves (or checks the configuration, or asks a running
+edge's admin port whether it is alive). purge drops cached answers and
+inspect tells what the edge holds for a URL, on a running edge's admin
+port; each says more with -h.
+`
+
 // cli is the command line: it returns the exit status. A start that fails
 // is logged by the logger the configuration asks for (JSON by default),
 // as everything else the edge says.
@@ -42,11 +53,25 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("explorer-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, mainUsage, "\nflags:\n"); fs.PrintDefaults() }
 	path := fs.String("config", "config.yaml", "configuration file (YAML); EDGE_* environment variables override it")
 	check := fs.Bool("check-config", false, "validate the configuration, list every problem, exit 0 or 1")
-	health := fs.Bool("healthcheck", false, "ask /readyz on the configuration's admin_listen: exit 0 when ready, 1 when not (a container HEALTHCHECK)")
+	health := fs.Bool("healthcheck", false, "ask -healthcheck-path on the configuration's admin_listen: exit 0 on 200, 1 otherwise (a container HEALTHCHECK)")
+	healthPath := fs.String("healthcheck-path", "/healthz", "what -healthcheck asks: /healthz (alive) or /readyz (ready to serve)")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// A misspelled subcommand would otherwise start an edge.
+		fmt.Fprintf(stderr, "explorer-edge: unknown command %q\n%s", fs.Arg(0), mainUsage)
+		return 2
+	}
+	if *healthPath != "/healthz" && *healthPath != "/readyz" {
+		fmt.Fprintf(stderr, "explorer-edge: -healthcheck-path %q: want /healthz or /readyz\n", *healthPath)
 		return 2
 	}
 	switch {
@@ -54,7 +79,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 		printVersion(stdout)
 		return 0
 	case *health:
-		return healthcheck(*path, stdout, stderr)
+		return healthcheck(*path, *healthPath, stdout, stderr)
 	case *check:
 		return checkConfig(*path, stdout, stderr)
 	}

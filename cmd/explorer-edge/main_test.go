@@ -359,11 +359,18 @@ func TestWatchConfigReloadsOnWrite(t *testing.T) {
 // TestSIGTERMDrainsInFlightRequests: requests in flight when SIGTERM arrives
 // all get their answers, /readyz says draining meanwhile, and run returns nil.
 func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
-	s, url, _ := startSim(t, sim.Faults{Latency: time.Second})
-	f := demoEdge(url)
+	// The requests are held at the upstream until /readyz has said
+	// draining (with a 1 s delay a busy machine could see them answered,
+	// and the drain over, first).
+	s := startHeldSim(t)
+	defer s.release()
+	f := demoEdge(s.url)
 	f.rest = "log: {access_sample: 1}"
 	e := startEdge(t, f)
 	const n = 8
+	s.holdWhere(func(r *http.Request) bool {
+		return strings.HasSuffix(r.URL.Path, "/block-list") && strings.HasPrefix(r.URL.Query().Get("limit"), "4")
+	})
 	type result struct {
 		status int
 		code   string
@@ -372,7 +379,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	results := make(chan result, n)
 	for i := range n {
 		go func() {
-			res, err := http.Get(fmt.Sprintf("http://%s/api/v5/chainx/block/block-list?chainShortName=chainx&limit=%d", e.file.listen, i+1))
+			res, err := http.Get(fmt.Sprintf("http://%s/api/v5/chainx/block/block-list?chainShortName=chainx&limit=%d", e.file.listen, 41+i))
 			if err != nil {
 				results <- result{err: err}
 				return
@@ -386,7 +393,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		}()
 	}
 	// Every request is inside the edge, waiting on the upstream.
-	testkit.WaitFor(t, "all requests at the upstream", func() bool { return s.Stats().RequestsTotal == n })
+	s.waitArrived(t, n)
 	e.signal(syscall.SIGTERM)
 	testkit.WaitFor(t, "/readyz to say draining", func() bool {
 		res, err := http.Get("http://" + e.file.admin + "/readyz")
@@ -397,6 +404,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode == 503 && strings.Contains(string(b), "draining")
 	})
+	s.release()
 	for range n {
 		r := <-results
 		if r.err != nil || r.status != 200 || r.code != "0" {

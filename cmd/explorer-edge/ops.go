@@ -115,10 +115,12 @@ func secondsAttr(_ []string, a slog.Attr) slog.Attr {
 // timeout too (HEALTHCHECK --timeout).
 const healthcheckTimeout = 3 * time.Second
 
-// healthcheck is -healthcheck: GET /readyz on the configuration's
-// admin_listen, exit 0 on 200 and 1 otherwise. distroless has no shell and
-// no curl; the edge asks itself.
-func healthcheck(path string, stdout, stderr io.Writer) int {
+// healthcheck is -healthcheck: GET probe (/healthz, or /readyz) on the
+// configuration's admin_listen, exit 0 on 200 and 1 otherwise. distroless
+// has no shell and no curl; the edge asks itself. The image's HEALTHCHECK
+// asks /healthz: an edge unready during an upstream outage must not be
+// restarted by Swarm or autoheal, which would empty its cache.
+func healthcheck(path, probe string, stdout, stderr io.Writer) int {
 	// A file broken since the start (an edit not yet reloaded) does not
 	// make a serving edge unhealthy: what could be read of it, over the
 	// defaults, still says where the admin port is.
@@ -128,7 +130,7 @@ func healthcheck(path string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), healthcheckTimeout)
 	defer cancel()
-	url := "http://" + healthcheckAddr(cfg.AdminListen) + "/readyz"
+	url := "http://" + healthcheckAddr(cfg.AdminListen) + probe
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -136,16 +138,16 @@ func healthcheck(path string, stdout, stderr io.Writer) int {
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintln(stderr, "not ready:", err)
+		fmt.Fprintf(stderr, "%s: %v\n", probe, err)
 		return 1
 	}
 	defer res.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(res.Body, 512))
 	if res.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "not ready: %s %s", res.Status, body)
+		fmt.Fprintf(stderr, "%s: %s %s", probe, res.Status, body)
 		return 1
 	}
-	fmt.Fprintf(stdout, "ready: %s", body)
+	fmt.Fprintf(stdout, "%s: %s", probe, body)
 	return 0
 }
 
