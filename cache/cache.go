@@ -41,6 +41,9 @@ type Entry struct {
 	// Status is the HTTP status to send; 0 means 200. Only a cached
 	// refusal (an upstream envelope refusing the question) sets it.
 	Status int
+	// Source is where the answer came from (source.go), set where the
+	// entry is made.
+	Source Source
 
 	held bool // counted in the cache's bytes and entries; guarded by Cache.mu
 

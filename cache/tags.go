@@ -110,7 +110,7 @@ func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
 		Key: e.Key, Body: e.Body, Gzip: e.Gzip, Size: e.Size, ETag: e.ETag,
 		Class: e.Class, Stored: e.Stored, Fresh: min(e.Fresh, at),
 		StaleWhileRevalidate: e.StaleWhileRevalidate, StaleIfError: e.StaleIfError,
-		Status: e.Status, slot: -1,
+		Status: e.Status, Source: e.Source, slot: -1,
 	}
 	c.mu.Lock()
 	cp.Tags, cp.tagged = e.Tags, e.tagged

@@ -119,6 +119,7 @@ var reloadRules = map[string]bool{
 
 	"admin.purge_token":      true,
 	"admin.purge_token_file": true,
+	"admin.top_sample":       true,
 
 	// Tracing is set up once, at start (its exporter and sampler).
 	"tracing.otlp_endpoint": false,

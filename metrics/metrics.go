@@ -10,6 +10,7 @@ package metrics
 
 import (
 	"regexp"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -103,6 +104,12 @@ type Metrics struct {
 	ConnsRefused *prometheus.CounterVec // {listener,reason}: max_conns, max_conns_per_ip
 	ConnsOpen    *prometheus.GaugeVec   // {listener}
 	ConnsMax     *prometheus.GaugeVec   // {listener}: the cap in force, 0 = none
+
+	// The configuration in force (GET /config on the admin port).
+	ConfigHash          *prometheus.GaugeVec // {hash}: 1 for the one in force (SetConfigHash)
+	ConfigReloadSuccess prometheus.Gauge     // unix time of the start or of the last reload applied
+	configHashMu        sync.Mutex
+	configHash          string // the label of ConfigHash's one series
 }
 
 // headAgeDesc is explorer_edge_head_age_seconds.
@@ -205,6 +212,10 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "Batch answers with a record matching no hash asked; the request was then cached whole."})
 	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
 		Help: "Configuration reloads by result (ok, error)."}, []string{"result"})
+	m.ConfigHash = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "config_hash_info",
+		Help: "Always 1; hash is the SHA-256 of the configuration in force, secrets redacted (GET /config on the admin port): nodes that run the same configuration show the same hash."}, []string{"hash"})
+	m.ConfigReloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_last_reload_success_timestamp_seconds",
+		Help: "Unix time the configuration in force was applied: at start or by the last reload that succeeded."})
 	m.SharedUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "shared_up",
 		Help: "1 when the shared tier (Redis) answers, 0 when the node goes on alone; absent in single-node mode."})
 	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
@@ -254,7 +265,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)
 	}
 	reg.MustRegister(requests, reqDur, results, up, upDur, final, rej,
-		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads,
+		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads, m.ConfigHash, m.ConfigReloadSuccess,
 		m.AcceptErrors, m.ConnsRefused, m.ConnsOpen, m.ConnsMax,
 		gauge("cache_bytes", "Bytes held by cache entries and their identity copies.", func() float64 { return float64(cs.Bytes()) }),
 		gauge("cache_identity_bytes", "Bytes of cache_bytes held by identity copies of answers (cache.identity_bytes).", func() float64 { return float64(cs.IdentityBytes()) }),
@@ -332,6 +343,18 @@ func (m *Metrics) RegisterShared() {
 	for _, o := range []string{"filled", "timeout"} {
 		m.SharedLockWait.WithLabelValues(o)
 	}
+}
+
+// SetConfigHash makes hash the one series of config_hash_info; the
+// previous one goes once the new one is there, so no scrape finds none.
+func (m *Metrics) SetConfigHash(hash string) {
+	m.configHashMu.Lock()
+	defer m.configHashMu.Unlock()
+	m.ConfigHash.WithLabelValues(hash).Set(1)
+	if m.configHash != "" && m.configHash != hash {
+		m.ConfigHash.DeleteLabelValues(m.configHash)
+	}
+	m.configHash = hash
 }
 
 // BuildInfo registers explorer_edge_build_info{version,revision,goversion},

@@ -6,8 +6,9 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
-// AdminHandler serves /metrics, /healthz, /readyz and POST /purge
-// (purge.go) on the admin listener; on a connection of its health reserve,
+// AdminHandler serves /metrics, /healthz, /readyz, POST /purge
+// (purge.go), and GET /cache, /cache/top and /config (inspect.go) on the
+// admin listener; on a connection of its health reserve,
 // /healthz and /readyz only.
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	metricsHandler := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(p.metrics.Registry, promhttp.HandlerOpts{}))
@@ -30,6 +31,12 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("ok\n")
 		case "/purge":
 			p.servePurge(ctx)
+		case "/cache":
+			p.serveInspectCache(ctx)
+		case "/cache/top":
+			p.serveInspectTop(ctx)
+		case "/config":
+			p.serveInspectConfig(ctx)
 		case "/readyz":
 			ok, why := p.Ready()
 			ctx.SetContentType("text/plain")
@@ -39,7 +46,7 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString(why + "\n")
 		default:
 			ctx.SetStatusCode(fasthttp.StatusNotFound)
-			ctx.SetBodyString("not found: /metrics, /healthz, /readyz, /purge\n")
+			ctx.SetBodyString("not found: /metrics, /healthz, /readyz, /purge, /cache, /cache/top, /config\n")
 		}
 	}
 }

@@ -251,7 +251,9 @@ func assemble(key string, items []*cache.Entry) (*cache.Entry, []byte) {
 		class = cache.LeastSettled(class, e.Class)
 	}
 	body = append(body, "]}"...)
-	return cache.NewEntry(key, body, class, time.Unix(0, stored), time.Duration(fresh-stored), time.Duration(swr), time.Duration(sie)), body
+	e := cache.NewEntry(key, body, class, time.Unix(0, stored), time.Duration(fresh-stored), time.Duration(swr), time.Duration(sie))
+	e.Source = cache.SourceAssembled
+	return e, body
 }
 
 // fetch returns one call per hash, fetching those not already under way in
@@ -398,6 +400,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		}
 		e := cache.NewItem(hashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
 			classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+		e.Source = cache.SourceUpstream
 		p.cache.Set(e, now)
 		if p.tier != nil {
 			p.tier.Set(e, now)

@@ -73,6 +73,9 @@ type Proxy struct {
 	ids requestIDs // X-Request-Id of requests that came without one
 
 	tr *tracing // nil: tracing off (trace.go)
+
+	top  topKeys    // the most-asked keys, sampled (top.go)
+	conf configInfo // the configuration's hash and reloads, for GET /config (inspect.go)
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -120,6 +123,8 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
+	p.top.init(cfg.Admin.TopSample)
+	p.configApplied(&cfg, true)
 	p.ids.init()
 	if p.up, err = newPool(cfg.Upstream, p.metrics, p.log, o.Budget, o.AccountBudget); err != nil {
 		return nil, err
@@ -175,6 +180,8 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
+	p.top.setEvery(cfg.Admin.TopSample)
+	p.configApplied(&cfg, false)
 	return nil
 }
 
@@ -325,6 +332,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 	if q.trace != nil {
 		p.traceCache(q.trace, []byte(m.key), state, start)
 	}
+	p.top.sample(m.key, m.route.id, now.UnixNano())
 	p.writeEntry(ctx, q, e, now, statusHit)
 	p.served(ctx, m.route.id, e, metrics.ResultHit, start)
 	return true
@@ -333,6 +341,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 // serve answers a valid request from cache or upstream.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
 	now := p.judgedAt(start)
+	p.top.sampleBytes(q.key, q.route.id, now.UnixNano())
 	e := p.cache.Get(q.key)
 	state := e.StateAt(now.UnixNano())
 	if q.trace != nil {
@@ -578,6 +587,7 @@ func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnsw
 	}
 	class := r.classify(p, f, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+	e.Source = cache.SourceUpstream
 	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
 	if up.behind > 0 {
 		// A head page behind the head seen (every account asked lags):

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -370,22 +369,7 @@ var (
 // servePurge is POST /purge.
 func (p *Proxy) servePurge(ctx *fasthttp.RequestCtx) {
 	s := p.settings.Load()
-	if s.purgeToken == nil {
-		adminError(ctx, errPurgeOff)
-		return
-	}
-	auth := ctx.Request.Header.Peek("Authorization")
-	if len(auth) < 7 || !strings.EqualFold(string(auth[:7]), "bearer ") {
-		adminError(ctx, errPurgeNoToken)
-		return
-	}
-	sum := sha256.Sum256(bytes.TrimSpace(auth[7:]))
-	if subtle.ConstantTimeCompare(sum[:], s.purgeToken[:]) != 1 {
-		// Sampled: whoever reaches the admin port can repeat it at will.
-		if ok, suppressed := p.sampleWarn(repeatKey{msg: "purge refused: wrong token"}); ok {
-			p.log.Warn("purge refused: wrong token", "caller", ctx.RemoteAddr().String(), "suppressed", suppressed)
-		}
-		adminError(ctx, errPurgeBadToken)
+	if !p.adminAuthorized(ctx, s, errPurgeOff, "purge") {
 		return
 	}
 	if !ctx.IsPost() {

@@ -17,7 +17,7 @@ func (p *Proxy) storeRefusal(s *settings, r *route, key string, status int, body
 	now := p.clock()
 	// Held as is (a refusal is a short envelope): served reads its code.
 	e := cache.NewItem(key, body, cache.Negative, now, s.ttl[r.id].For(cache.Negative), 0, 0)
-	e.Status = status
+	e.Status, e.Source = status, cache.SourceUpstream
 	p.cache.Set(e, now)
 	return &answer{entry: e, stored: true}
 }

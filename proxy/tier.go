@@ -69,6 +69,7 @@ func (p *Proxy) admitShared(e *cache.Entry) *cache.Entry {
 		p.log.Debug("shared entry refused; a miss", "key", e.Key, "why", why)
 		return nil
 	}
+	e.Source = cache.SourceShared
 	return e
 }
 

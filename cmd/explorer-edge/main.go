@@ -37,7 +37,7 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 // form (`explorer-edge -h`).
 const mainUsage = `usage: explorer-edge [-config FILE] [-check-config | -healthcheck [-healthcheck-path P] | -version]
        explorer-edge purge [-admin URL] [-token-file F] [-soft] SELECTOR
-       explorer-edge inspect [-admin URL] [-token-file F] -url URI
+       explorer-edge inspect [-admin URL] [-token-file F] (-url URI | -top N | -config)
 The first form serves (or checks the configuration, or asks a running
 edge's admin port whether it is alive). purge drops cached answers and
 inspect tells what the edge holds for a URL, on a running edge's admin
@@ -50,6 +50,9 @@ port; each says more with -h.
 func cli(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "purge" {
 		return purgeCmd(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "inspect" {
+		return inspectCmd(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("explorer-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -301,6 +304,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		if err == nil {
 			err = p.Reload(next)
 		}
+		p.NoteReload(err) // GET /config tells the last reload's outcome
 		if err != nil {
 			m.ConfigReloads.WithLabelValues("error").Inc()
 			log.Error("config reload refused; the previous configuration keeps serving", "err", config.Redact(err.Error()))
