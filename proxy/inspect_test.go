@@ -134,7 +134,7 @@ func TestInspectCacheWholeKey(t *testing.T) {
 	}
 
 	// A stale head page whose refresh is held at the upstream.
-	h.get(blocks) // expired 90 s ago: asked again
+	h.get(blocks)                            // expired 90 s ago: asked again
 	h.clock.Advance(1500 * time.Millisecond) // fresh 1 s, stale-while-revalidate 1 s
 	gate := h.holdUpstream()
 	defer gate.release()
@@ -592,5 +592,25 @@ func TestInspectConfig(t *testing.T) {
 	if refused.Hash != reloaded.Hash || refused.Applied != reloaded.Applied || refused.LastReload == nil ||
 		refused.LastReload.Result != "error" || refused.LastReload.Error != "restart to change listen" {
 		t.Errorf("after a refused reload: %+v", refused)
+	}
+}
+
+// BenchmarkTopSampleCall is what the hit path pays for the sampling alone:
+// the call on a key the table holds, off, at 1 in 64 and on every request.
+func BenchmarkTopSampleCall(b *testing.B) {
+	key := "/api/v5/chainx/block/block-list?chainShortName=CHAINX&page=1&limit=20"
+	for _, every := range []int{0, 64, 1} {
+		b.Run(fmt.Sprint("every=", every), func(b *testing.B) {
+			var tk topKeys
+			tk.init(every)
+			now := time.Now().UnixNano()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					tk.sample(key, routeBlockList, now)
+				}
+			})
+		})
 	}
 }
