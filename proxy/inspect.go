@@ -73,16 +73,20 @@ func (p *Proxy) inspectAllowed(ctx *fasthttp.RequestCtx, s *settings) bool {
 	return true
 }
 
-// adminJSON answers v as the one item of an envelope of code "0".
+// adminJSON answers v as the one item of an envelope of code "0", URLs
+// as written (no \u0026 for &).
 func adminJSON(ctx *fasthttp.RequestCtx, v any) {
-	out, _ := json.Marshal(struct {
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	enc.Encode(struct {
 		Code string `json:"code"`
 		Msg  string `json:"msg"`
 		Data []any  `json:"data"`
 	}{"0", "", []any{v}})
 	ctx.SetContentTypeBytes(ctJSON)
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
-	ctx.SetBody(append(out, '\n'))
+	ctx.SetBody(out.Bytes())
 }
 
 // inspected is the answer of GET /cache.
