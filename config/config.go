@@ -93,9 +93,25 @@ type CORS struct {
 	// AllowOrigins are the origins ("https://app.example.com", scheme and
 	// host as a browser sends them) whose requests get CORS headers; "*"
 	// allows every origin. Empty (the default): no CORS headers at all.
-	AllowOrigins []string      `koanf:"allow_origins"`
+	AllowOrigins []string `koanf:"allow_origins"`
+	// AllowHeaders are the request headers a preflight allows a page to
+	// send (Access-Control-Allow-Headers); the list replaces the default
+	// (DefaultAllowHeaders), "*" alone allows any but Authorization.
+	AllowHeaders []string      `koanf:"allow_headers"`
 	MaxAge       time.Duration `koanf:"max_age"` // how long a browser may keep a preflight's answer
 }
+
+// DefaultAllowHeaders is cors.allow_headers by default: what a signed
+// client sends, the validator, and what a frontend adds to trace a call
+// (X-Request-Id, W3C Trace Context).
+func DefaultAllowHeaders() []string {
+	return []string{"SVC-ACCESS-KEY", "SVC-ACCESS-SIGN", "SVC-ACCESS-TIMESTAMP", "SVC-ACCESS-PASSPHRASE",
+		"If-None-Match", "X-Request-Id", "traceparent", "tracestate"}
+}
+
+// AccessFields are the optional fields of the access log line
+// (log.access_fields).
+var AccessFields = []string{"method", "key", "bytes", "upstream_ms"}
 
 // Upstream is the explorer API the edge forwards misses to.
 type Upstream struct {
@@ -281,6 +297,10 @@ type Log struct {
 	// (suppressed=K) and log_suppressed_total counts them. 0 logs every
 	// one. The access log has its own sampling (access_sample).
 	RepeatInterval time.Duration `koanf:"repeat_interval"`
+	// AccessFields adds fields to the access line (AccessFields): method,
+	// key (the normalized question, never the raw query), bytes (of the
+	// body sent), upstream_ms (the upstream call of a miss). None by default.
+	AccessFields []string `koanf:"access_fields"`
 }
 
 // Shared is fleet mode on Redis.
@@ -346,7 +366,7 @@ func Default() Config {
 			MaxConns:       10_000,
 		},
 		Log:   Log{Level: "info", Format: "json", RepeatInterval: time.Second},
-		CORS:  CORS{MaxAge: 10 * time.Minute},
+		CORS:  CORS{MaxAge: 10 * time.Minute, AllowHeaders: DefaultAllowHeaders()},
 		Admin: Admin{TopSample: 64},
 		Shared: Shared{
 			Timeout:    50 * time.Millisecond,
@@ -809,6 +829,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	nonNegative("cors.max_age", c.CORS.MaxAge)
+	for _, h := range c.CORS.AllowHeaders {
+		if !isToken(h) || (h == "*" && len(c.CORS.AllowHeaders) > 1) {
+			bad("cors.allow_headers: %q is not a header name such as X-Request-Id (or \"*\" alone)", h)
+		}
+	}
+	for _, f := range c.Log.AccessFields {
+		if !slices.Contains(AccessFields, f) {
+			bad("log.access_fields: %q is not one of %s", f, strings.Join(AccessFields, ", "))
+		}
+	}
 
 	if c.Admin.PurgeToken != "" && c.Admin.PurgeTokenFile != "" {
 		bad("admin: set purge_token or purge_token_file, not both")
@@ -840,4 +870,18 @@ func (c *Config) Validate() error {
 		return nil
 	}
 	return errors.New(redact(errors.Join(errs...).Error(), c.secrets()))
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110 section 5.6.2),
+// as a header name is.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

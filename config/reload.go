@@ -100,6 +100,7 @@ var reloadRules = map[string]bool{
 	"log.format":          false,
 	"log.access_sample":   true,
 	"log.repeat_interval": true,
+	"log.access_fields":   true,
 
 	"shared.redis_addr":          false,
 	"shared.redis_username":      false,
@@ -115,6 +116,7 @@ var reloadRules = map[string]bool{
 	"shared.redis_password_file": false,
 
 	"cors.allow_origins": true,
+	"cors.allow_headers": true,
 	"cors.max_age":       true,
 
 	"admin.purge_token":      true,

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -38,10 +39,12 @@ func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code st
 }
 
 // logAccess names what the edge decided, never what the client sent: no
-// header, query or credential, and the client only by its configured name.
-// The client's address is the one admission limits (behind
+// header, raw query or credential, and the client only by its configured
+// name. The client's address is the one admission limits (behind
 // auth.trusted_proxies, the one X-Forwarded-For names); request_id is the
-// answer's X-Request-Id, the client's own or the edge's.
+// answer's X-Request-Id, the client's own or the edge's. log.access_fields
+// adds the method, the normalized question (the cache key: only the
+// route's parameters, canonical), the body's bytes and the upstream time.
 func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
@@ -64,7 +67,61 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code
 	if c := s.auth.clientOf(ctx); c != nil {
 		attrs = append(attrs, slog.String("client", c.name))
 	}
+	for _, f := range s.cfg.Log.AccessFields {
+		switch f {
+		case "method":
+			attrs = append(attrs, slog.String("method", string(ctx.Method())))
+		case "key":
+			if k := p.accessKey(ctx, s); k != "" {
+				attrs = append(attrs, slog.String("key", k))
+			}
+		case "bytes":
+			attrs = append(attrs, slog.Int("bytes", bodyBytes(ctx)))
+		case "upstream_ms":
+			if d, ok := ctx.UserValue(upstreamTimeKey{}).(time.Duration); ok {
+				attrs = append(attrs, slog.Float64("upstream_ms", float64(d.Microseconds())/1000))
+			}
+		}
+	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+}
+
+// accessKey is the request's normalized question, its cache key, or ""
+// for a request that has none (an unknown path, a refused parameter).
+// Built again from the request: only a sampled line with the field pays.
+func (p *Proxy) accessKey(ctx *fasthttp.RequestCtx, s *settings) string {
+	r := routeByPath(ctx.Path())
+	if r == nil {
+		return ""
+	}
+	q := p.queries.Get().(*query)
+	defer p.queries.Put(q)
+	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
+		return ""
+	}
+	return string(q.key)
+}
+
+// upstreamTimeKey is the user value of a request holding the time of the
+// upstream call its answer came from (a time.Duration).
+type upstreamTimeKey struct{}
+
+// noteUpstream keeps d, the time of the upstream call a request's answer
+// came from, for its access line; only when the line may carry it (the
+// miss path: the hit path never comes here).
+func (p *Proxy) noteUpstream(ctx *fasthttp.RequestCtx, s *settings, d time.Duration) {
+	if d > 0 && p.accessSample.Load() != 0 && slices.Contains(s.cfg.Log.AccessFields, "upstream_ms") {
+		ctx.SetUserValue(upstreamTimeKey{}, d)
+	}
+}
+
+// bodyBytes is the size of the answer's body as sent (compressed when it
+// went compressed).
+func bodyBytes(ctx *fasthttp.RequestCtx) int {
+	if ctx.Response.IsBodyStream() { // Body() would read the stream whole
+		return ctx.Response.Header.ContentLength()
+	}
+	return len(ctx.Response.Body())
 }
 
 // account counts an answered request on its client's series: the signed
@@ -83,13 +140,7 @@ func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	if result == noResult {
 		result = metrics.ResultError
 	}
-	var n int
-	if ctx.Response.IsBodyStream() { // Body() would read the stream whole
-		n = ctx.Response.Header.ContentLength()
-	} else {
-		n = len(ctx.Response.Body())
-	}
-	t.acct.Answered(result, n)
+	t.acct.Answered(result, bodyBytes(ctx))
 }
 
 // verifiedKey is the user value of a request holding what admission

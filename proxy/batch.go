@@ -69,7 +69,11 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	chain := string(q.chain)
 	parts := p.lookupParts(q, now)
 	p.refreshParts(s, chain, parts.stale, q.tenant)
+	t0 := time.Now()
 	err := parts.fetch(p, s, chain)
+	if len(parts.need) > 0 { // the wait for the missing hashes' call
+		p.noteUpstream(ctx, s, time.Since(t0))
+	}
 	if errors.Is(err, errUnmapped) {
 		// Never serve one hash's record for another: fall back to the
 		// request whole, cached under its own key.

@@ -19,27 +19,28 @@ import (
 // CDN must not give one origin's answer to another.
 
 var (
-	hdrOrigin        = []byte("Origin")
-	hdrACAO          = []byte("Access-Control-Allow-Origin")
-	hdrACEH          = []byte("Access-Control-Expose-Headers")
-	hdrACAM          = []byte("Access-Control-Allow-Methods")
-	hdrACAH          = []byte("Access-Control-Allow-Headers")
-	hdrACMA          = []byte("Access-Control-Max-Age")
-	hdrACRM          = []byte("Access-Control-Request-Method")
-	valStar          = []byte("*")
-	valOrigin        = []byte("Origin")
-	valAEOrigin      = []byte("Accept-Encoding, Origin")
-	valMethods       = []byte("GET, HEAD")
-	valExposeHeaders = []byte("Cache-Status, Age, ETag, Retry-After")
-	// The headers a signed client sends, and the validator.
-	valAllowHeaders = []byte("SVC-ACCESS-KEY, SVC-ACCESS-SIGN, SVC-ACCESS-TIMESTAMP, SVC-ACCESS-PASSPHRASE, If-None-Match")
+	hdrOrigin   = []byte("Origin")
+	hdrACAO     = []byte("Access-Control-Allow-Origin")
+	hdrACEH     = []byte("Access-Control-Expose-Headers")
+	hdrACAM     = []byte("Access-Control-Allow-Methods")
+	hdrACAH     = []byte("Access-Control-Allow-Headers")
+	hdrACMA     = []byte("Access-Control-Max-Age")
+	hdrACRM     = []byte("Access-Control-Request-Method")
+	valStar     = []byte("*")
+	valOrigin   = []byte("Origin")
+	valAEOrigin = []byte("Accept-Encoding, Origin")
+	valMethods  = []byte("GET, HEAD")
+	// What a page's script may read of an answer beside the safelisted
+	// headers: the cache's, the request id to quote, the client's limit.
+	valExposeHeaders = []byte("Cache-Status, Age, ETag, Retry-After, X-Request-Id, RateLimit, RateLimit-Policy")
 )
 
 // corsPolicy is cors.* of the configuration, ready for the request path.
 type corsPolicy struct {
-	any     bool     // "*"
-	origins [][]byte // lower case, no trailing slash
-	maxAge  []byte   // seconds
+	any          bool     // "*"
+	origins      [][]byte // lower case, no trailing slash
+	maxAge       []byte   // seconds
+	allowHeaders []byte   // cors.allow_headers joined; nil: none but the safelisted
 }
 
 // newCORS returns nil when CORS is off.
@@ -48,6 +49,9 @@ func newCORS(cfg config.CORS) *corsPolicy {
 		return nil
 	}
 	c := &corsPolicy{maxAge: strconv.AppendInt(nil, int64(cfg.MaxAge.Seconds()), 10)}
+	if len(cfg.AllowHeaders) > 0 {
+		c.allowHeaders = []byte(strings.Join(cfg.AllowHeaders, ", "))
+	}
 	for _, o := range cfg.AllowOrigins {
 		if o == "*" {
 			c.any = true
@@ -105,7 +109,9 @@ func (c *corsPolicy) preflight(ctx *fasthttp.RequestCtx) bool {
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 	h.SetCanonical(hdrACAO, o)
 	h.SetCanonical(hdrACAM, valMethods)
-	h.SetCanonical(hdrACAH, valAllowHeaders)
+	if c.allowHeaders != nil {
+		h.SetCanonical(hdrACAH, c.allowHeaders)
+	}
 	h.SetCanonical(hdrACMA, c.maxAge)
 	if !c.any {
 		h.SetCanonical(hdrVary, valOrigin)

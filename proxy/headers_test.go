@@ -229,7 +229,7 @@ func TestCORS(t *testing.T) {
 			"error": h.get("/api/v5/chainx/block/block-list?chainShortName=nochain", "Origin", app),
 			"404":   h.get("/api/v5/nothing", "Origin", app),
 		} {
-			if r.header["Access-Control-Allow-Origin"] != app || r.header["Access-Control-Expose-Headers"] != "Cache-Status, Age, ETag, Retry-After" ||
+			if r.header["Access-Control-Allow-Origin"] != app || r.header["Access-Control-Expose-Headers"] != "Cache-Status, Age, ETag, Retry-After, X-Request-Id, RateLimit, RateLimit-Policy" ||
 				!strings.Contains(r.header["Vary"], "Origin") {
 				t.Errorf("%s to an allowed origin: %d %v", name, r.status, r.header)
 			}

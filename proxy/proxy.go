@@ -371,6 +371,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
 	id := q.route.id
 	now := p.clock()
+	if a != nil {
+		p.noteUpstream(ctx, s, a.upstream)
+	}
 	if old == nil && a != nil {
 		old = a.stale
 	}
@@ -473,6 +476,9 @@ type answer struct {
 	// behind: entry is a head page behind the head seen, not stored; a
 	// copy of the request's own is served instead when there is one.
 	behind bool
+	// upstream is the time of the upstream call the flight made (retries
+	// included); 0 when it made none. For the access log.
+	upstream time.Duration
 }
 
 // load fetches f's key through the flight: concurrent identical misses
@@ -553,10 +559,13 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// with what it knew when the call left.
 	asked := p.clock()
 	var up upstreamAnswer
+	var took time.Duration
 	if err == nil {
 		g := *f
 		g.observe = func(body []byte) int64 { return p.observe(f, body, asked.UnixNano()) }
+		t0 := time.Now()
 		up, err = p.up.fetch(&g)
+		took = time.Since(t0)
 	}
 	if err == nil {
 		a := p.store(s, f, asked, up)
@@ -564,13 +573,14 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 		if a.entry == nil {
 			a.stale = shared
 		}
+		a.upstream = took
 		return a, nil
 	}
 	p.fetching.release(w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.cache.Set(shared, p.clock()) // the next request finds it here
 	}
-	return &answer{stale: shared}, err
+	return &answer{stale: shared, upstream: took}, err
 }
 
 // store turns an upstream answer, its envelope already checked by the

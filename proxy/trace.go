@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -28,7 +31,14 @@ import (
 // NewTracerProvider is the binary's tracer provider for cfg: spans batched
 // to the OTLP/HTTP receiver at cfg.OTLPEndpoint, a share cfg.SampleRatio
 // of the traces a client did not start sampled. Shut it down to flush.
-func NewTracerProvider(cfg config.Tracing) (*sdktrace.TracerProvider, error) {
+// OpenTelemetry's own errors (an export the receiver refused, with its
+// body, often a multi-line HTML page) go to log, not to stderr as Go's log
+// package writes them: one WARN line, sampled (otelErrors). log nil leaves
+// OpenTelemetry's handler as it is.
+func NewTracerProvider(cfg config.Tracing, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+	if log != nil {
+		otel.SetErrorHandler(&otelErrors{log: log, interval: otelErrorInterval, now: time.Now})
+	}
 	exp, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(cfg.OTLPEndpoint+"/v1/traces"))
 	if err != nil {
 		return nil, err
@@ -39,6 +49,49 @@ func NewTracerProvider(cfg config.Tracing) (*sdktrace.TracerProvider, error) {
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SampleRatio))),
 	), nil
+}
+
+// otelErrorInterval is how often a tracing error of one kind is logged: a
+// receiver down fails every export (one each batch, every 5 s or 512 spans).
+const otelErrorInterval = 10 * time.Second
+
+// maxOtelError bounds the error text of a line: the receiver's body is in it.
+const maxOtelError = 512
+
+// otelErrors is OpenTelemetry's error handler: each error one WARN line,
+// "tracing failed", its text on one line, cut at maxOtelError and with any
+// URL's password redacted; at most one line per interval for each kind of
+// error (its text before the receiver's body), the next one carrying
+// suppressed=K.
+type otelErrors struct {
+	log      *slog.Logger
+	interval time.Duration
+	now      func() time.Time
+	repeats  repeats
+}
+
+func (h *otelErrors) Handle(err error) {
+	if err == nil || !h.log.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
+	text := config.Redact(strings.Join(strings.Fields(err.Error()), " "))
+	kind, _, _ := strings.Cut(text, "body:")
+	kind, _, _ = strings.Cut(kind, "(")
+	if len(kind) > 128 {
+		kind = kind[:128]
+	}
+	ok, suppressed := h.repeats.allow(repeatKey{msg: "tracing failed", code: kind}, h.now(), h.interval)
+	if !ok {
+		return
+	}
+	if len(text) > maxOtelError {
+		text = strings.ToValidUTF8(text[:maxOtelError], "") + "..."
+	}
+	attrs := []slog.Attr{slog.String("err", text)}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", suppressed))
+	}
+	h.log.LogAttrs(context.Background(), slog.LevelWarn, "tracing failed", attrs...)
 }
 
 type tracing struct {

@@ -172,7 +172,7 @@ func TestTracingToOTLPReceiver(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	h := newHarness(t)
-	tp, err := NewTracerProvider(config.Tracing{OTLPEndpoint: "http://" + ln.Addr().String(), SampleRatio: 1, ServiceName: "edge-under-test"})
+	tp, err := NewTracerProvider(config.Tracing{OTLPEndpoint: "http://" + ln.Addr().String(), SampleRatio: 1, ServiceName: "edge-under-test"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ var (
 	ccPublic          = []byte("public, max-age=")
 	ccSWR             = []byte(", stale-while-revalidate=")
 	ccSIE             = []byte(", stale-if-error=")
+	ccImmutable       = []byte(", immutable")
 	csMissUncacheable = []byte("explorer-edge; fwd=miss; detail=uncacheable")
 )
 
@@ -101,6 +102,11 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	if e.StaleIfError >= int64(time.Second) {
 		b = append(b, ccSIE...)
 		b = strconv.AppendInt(b, e.StaleIfError/int64(time.Second), 10)
+	}
+	// Settled chain data never changes: a browser need not revalidate it
+	// while it is fresh, not even on reload (RFC 8246).
+	if e.Class == cache.Final && e.Status == 0 {
+		b = append(b, ccImmutable...)
 	}
 	h.SetCanonical(hdrCacheControl, b)
 

@@ -195,7 +195,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	}
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
 	if cfg.Tracing.OTLPEndpoint != "" {
-		tp, err := proxy.NewTracerProvider(cfg.Tracing)
+		tp, err := proxy.NewTracerProvider(cfg.Tracing, log)
 		if err != nil {
 			return err
 		}

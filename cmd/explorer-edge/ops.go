@@ -95,7 +95,14 @@ func logFatal(cfg config.Log, w io.Writer, err error, refused bool) {
 	log := newLogger(cfg, new(slog.LevelVar), w)
 	text := config.Redact(err.Error())
 	if refused {
-		log.Error("configuration refused", "problems", strings.Split(text, "\n"))
+		problems := strings.Split(text, "\n")
+		if cfg.Format == "text" { // for a person: one problem a line, one under another
+			for _, p := range problems {
+				log.Error("configuration refused", "problem", p)
+			}
+			return
+		}
+		log.Error("configuration refused", "problems", problems)
 		return
 	}
 	log.Error("explorer-edge stopped", "err", text)
