@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -172,10 +173,12 @@ func TestBrowserCallsEdgeFromAnotherOrigin(t *testing.T) {
 		}
 		t.Skip("chromium is not installed (apt-get install chromium; .ci/run installs it): the browser check is skipped")
 	}
-	var pageHTML string
+	var pageHTML atomic.Pointer[string] // written once the edge's address is known
 	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		fmt.Fprint(w, pageHTML)
+		if p := pageHTML.Load(); p != nil {
+			fmt.Fprint(w, *p)
+		}
 	}))
 	defer page.Close()
 	origin := page.URL // http://127.0.0.1:port: another port, another origin
@@ -191,7 +194,8 @@ func TestBrowserCallsEdgeFromAnotherOrigin(t *testing.T) {
 			"headers": map[string]string{"X-Not-Allowed": "1"}},
 	}
 	js, _ := json.Marshal(calls)
-	pageHTML = fmt.Sprintf(browserPage, js)
+	html := fmt.Sprintf(browserPage, js)
+	pageHTML.Store(&html)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
