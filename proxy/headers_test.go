@@ -39,7 +39,7 @@ func TestAgeAndMaxAgeAsRFC9111(t *testing.T) {
 	h.get(done)
 	h.clock.Advance(10 * time.Second)
 	r := h.get(done)
-	if r.header["Age"] != "10" || r.header["Cache-Control"] != "public, max-age=86400, stale-while-revalidate=30, stale-if-error=600" {
+	if r.header["Age"] != "10" || r.header["Cache-Control"] != "public, max-age=86400, stale-while-revalidate=30, stale-if-error=600, immutable" {
 		t.Fatalf("final answer 10 s old: Age %q, Cache-Control %q; want 10 and the lifetime 86400 with its windows", r.header["Age"], r.header["Cache-Control"])
 	}
 	if ttl := cacheStatusTTL(t, r.header["Cache-Status"]); ttl != 86390 {
