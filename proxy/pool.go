@@ -405,7 +405,7 @@ func passOn(a upstreamAnswer, err error) (upstreamAnswer, error) {
 // account may well answer.
 func accountFault(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && (e.reason == errCredentials.reason || e.reason == errFailingEnvelope.reason)
+	return errors.As(err, &e) && (e.reason == errCredentials.reason || e.reason == errFailingEnvelope.reason || e.reason == errUpstreamNotFound.reason)
 }
 
 // refusedWrongly notes that u refused a question (50014, 50025, 50036)
