@@ -144,21 +144,6 @@ func (pl *pool) setRefreshShare(cfg config.Upstream) {
 	pl.refreshes.SetBurst(max(1, int(float64(burst)*refreshShare)))
 }
 
-// sameAccounts reports whether cfg names the accounts the pool was built
-// with, on the same hosts: accounts come and go with a restart.
-func (pl *pool) sameAccounts(cfg config.Upstream) bool {
-	names, cfgs := accountConfigs(cfg)
-	if len(names) != len(pl.accts) {
-		return false
-	}
-	for i, u := range pl.accts {
-		if u.name != names[i] || u.cfg.Load().BaseURL != cfgs[i].BaseURL {
-			return false
-		}
-	}
-	return true
-}
-
 // usable reports whether u may be sent a call now: its breaker lets one
 // through and no 429 locks it out.
 func (u *upstream) usable(now time.Time) bool {

@@ -92,7 +92,7 @@ func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route, target 
 		return errSelfCheckDeferred
 	}
 	_, err := u.breaker.Execute(func() (struct{}, error) {
-		_, err := u.call(nil, r, target, u.cfg.Load().Timeout)
+		_, err := u.call(context.Background(), r, target, u.cfg.Load().Timeout)
 		return struct{}{}, err
 	})
 	if err == nil {
