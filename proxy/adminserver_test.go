@@ -102,6 +102,9 @@ func TestAdminHealthReserve(t *testing.T) {
 	t.Run("idle in the reserve", func(t *testing.T) {
 		addr := serveAdmin(t, h, 50*time.Millisecond)
 		holdIdle(t, addr, nil, maxConns)
+		// Every place of the cap taken before the next connection comes:
+		// else it may take a place of the cap, not of the reserve.
+		testkit.WaitFor(t, "the cap full", func() bool { return testutil.ToFloat64(open) == maxConns })
 		c := holdIdle(t, addr, nil, 1)[0]
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		if n, err := bufio.NewReader(c).Read(make([]byte, 1)); n != 0 || err != io.EOF {
