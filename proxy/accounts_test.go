@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,17 +27,7 @@ type secondSim struct {
 
 func startSecondSim(t *testing.T) *secondSim {
 	t.Helper()
-	s := sim.New(sim.Config{Auth: true, Credentials: mirrorCreds, Now: newClock().Now}) // the chain the harness sim has
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: s.Handler()}
-	go hs.Serve(ln)
-	var once sync.Once
-	stop := func() { once.Do(func() { hs.Close(); s.Close() }) }
-	t.Cleanup(stop)
-	return &secondSim{Server: s, url: "http://" + ln.Addr().String(), close: stop}
+	return startSecondSimAt(t, newClock().Now) // the chain the harness sim has
 }
 
 // withMirror adds the second sim as the account "mirror".
