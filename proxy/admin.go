@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"explorer-edge/proxy/envelope"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -51,5 +53,5 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	}
 }
 
-var errAdminHealthOnly = &Error{Status: 503, Code: "50001",
+var errAdminHealthOnly = &envelope.Error{Status: 503, Code: "50001",
 	Msg: "Service temporarily unavailable: admin_max_conns connections open; beyond them, /healthz and /readyz only"}

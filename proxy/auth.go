@@ -11,6 +11,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/signer"
 )
 
@@ -109,23 +110,23 @@ func (a *admission) inherit(old *admission) {
 }
 
 var (
-	errAuthNoKey     = &Error{Status: 401, Code: "50103", Msg: "Request header SVC-ACCESS-KEY cannot be empty"}
-	errAuthNoPass    = &Error{Status: 401, Code: "50104", Msg: "Request header SVC-ACCESS-PASSPHRASE cannot be empty"}
-	errAuthNoSign    = &Error{Status: 401, Code: "50106", Msg: "Request header SVC-ACCESS-SIGN cannot be empty"}
-	errAuthNoTS      = &Error{Status: 401, Code: "50107", Msg: "Request header SVC-ACCESS-TIMESTAMP cannot be empty"}
-	errAuthPass      = &Error{Status: 401, Code: "50105", Msg: "Request header SVC-ACCESS-PASSPHRASE incorrect"}
-	errAuthKey       = &Error{Status: 401, Code: "50111", Msg: "Invalid SVC-ACCESS-KEY"}
-	errAuthTS        = &Error{Status: 401, Code: "50112", Msg: "Invalid SVC-ACCESS-TIMESTAMP"}
-	errAuthSkew      = &Error{Status: 401, Code: "50102", Msg: "Timestamp request expired"}
-	errAuthSign      = &Error{Status: 401, Code: "50113", Msg: "Invalid Sign"}
-	errClientLimited = &Error{Status: 429, Code: "50011", Msg: "Too Many Requests", RetryAfter: 1}
+	errAuthNoKey     = &envelope.Error{Status: 401, Code: "50103", Msg: "Request header SVC-ACCESS-KEY cannot be empty"}
+	errAuthNoPass    = &envelope.Error{Status: 401, Code: "50104", Msg: "Request header SVC-ACCESS-PASSPHRASE cannot be empty"}
+	errAuthNoSign    = &envelope.Error{Status: 401, Code: "50106", Msg: "Request header SVC-ACCESS-SIGN cannot be empty"}
+	errAuthNoTS      = &envelope.Error{Status: 401, Code: "50107", Msg: "Request header SVC-ACCESS-TIMESTAMP cannot be empty"}
+	errAuthPass      = &envelope.Error{Status: 401, Code: "50105", Msg: "Request header SVC-ACCESS-PASSPHRASE incorrect"}
+	errAuthKey       = &envelope.Error{Status: 401, Code: "50111", Msg: "Invalid SVC-ACCESS-KEY"}
+	errAuthTS        = &envelope.Error{Status: 401, Code: "50112", Msg: "Invalid SVC-ACCESS-TIMESTAMP"}
+	errAuthSkew      = &envelope.Error{Status: 401, Code: "50102", Msg: "Timestamp request expired"}
+	errAuthSign      = &envelope.Error{Status: 401, Code: "50113", Msg: "Invalid Sign"}
+	errClientLimited = &envelope.Error{Status: 429, Code: "50011", Msg: "Too Many Requests", RetryAfter: 1}
 )
 
 var methodGET = []byte("GET")
 
 // admit returns a nil error when the request may go on, and the signed
 // client it comes from (nil when auth is off or the signature is bad).
-func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *Error) {
+func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *envelope.Error) {
 	if !a.signed {
 		return nil, a.admitIP(ctx, now)
 	}
@@ -137,7 +138,7 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *Er
 	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
 		a.m.Reject(metrics.RejectRateLimit)
 		c.tenant.acct.Refused(metrics.RefusedRateLimit)
-		return c, errClientLimited.with(nil, ceilSeconds(untilToken(c.limiter, now)))
+		return c, errClientLimited.With(nil, ceilSeconds(untilToken(c.limiter, now)))
 	}
 	return c, nil
 }
@@ -151,21 +152,21 @@ func (a *admission) tenantOf(c *client) *tenant {
 }
 
 // admitIP applies the per-IP rate, when there is one.
-func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *Error {
+func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.Error {
 	if a.ips == nil {
 		return nil
 	}
 	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
 		a.anon.acct.Refused(metrics.RefusedRateLimit)
-		return errClientLimited.with(nil, ceilSeconds(wait))
+		return errClientLimited.With(nil, ceilSeconds(wait))
 	}
 	return nil
 }
 
 // verify checks the four SVC-ACCESS headers against the raw request target
 // as received: clients encode commas and order parameters their own way.
-func (a *admission) verify(h *fasthttp.RequestHeader, now time.Time) (*client, *Error) {
+func (a *admission) verify(h *fasthttp.RequestHeader, now time.Time) (*client, *envelope.Error) {
 	key := h.PeekBytes(hdrKey)
 	pass := h.PeekBytes(hdrPass)
 	sign := h.PeekBytes(hdrSign)

@@ -14,6 +14,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 )
 
 // transaction-multi and transaction-fills return the same records, so they
@@ -203,8 +204,8 @@ func (b *batchParts) fetch(p *Proxy, s *settings, chain string) error {
 // in for the failure at now (within stale_if_error, and the failure is the
 // upstream's, not its answer to the question).
 func (b *batchParts) standIn(err error, now int64) bool {
-	var e *Error
-	if errors.As(err, &e) && e.answered {
+	var e *envelope.Error
+	if errors.As(err, &e) && e.Answered {
 		return false
 	}
 	for _, i := range b.need {
@@ -336,7 +337,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		if v := recover(); v != nil {
 			p.panicked("background", v)
 			for i := range g.hashes {
-				finish(i, nil, nil, errPanic.with(fmt.Errorf("panic: %v", v), 0))
+				finish(i, nil, nil, errPanic.With(fmt.Errorf("panic: %v", v), 0))
 			}
 		}
 	}()
@@ -374,8 +375,8 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 	body := up.body
 	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(body, "msg")
-		err = &Error{Status: up.status, Code: up.code, Msg: msg, reason: reasonEnvelope,
-			answered: !upstreamFailing(up.status, up.code)}
+		err = &envelope.Error{Status: up.status, Code: up.code, Msg: msg, Reason: envelope.ReasonEnvelope,
+			Answered: !envelope.UpstreamFailing(up.status, up.code)}
 	}
 	if err != nil {
 		for _, i := range ask {

@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
-	"errors"
 	"strconv"
 	"strings"
 
@@ -14,30 +12,6 @@ import (
 // These read upstream answers with jsonparser, a zero-copy scanner that
 // touches only the fields asked for. They run once per upstream answer,
 // never on a hit.
-
-var errNoEnvelope = errors.New("answer is not an explorer envelope")
-
-// envelopeCode returns the envelope's code after checking the answer is
-// whole JSON (a truncated answer must not be cached as a success).
-func envelopeCode(body []byte) (string, error) {
-	if !json.Valid(body) { // a scanner; allocates nothing
-		return "", errNoEnvelope
-	}
-	code, err := jsonparser.GetString(body, "code")
-	if err != nil {
-		// Some gateways send a numeric code.
-		if n, err2 := jsonparser.GetInt(body, "code"); err2 == nil {
-			return strconv.FormatInt(n, 10), nil
-		}
-		return "", errNoEnvelope
-	}
-	if code == "0" {
-		if _, t, _, err := jsonparser.Get(body, "data"); err != nil || t != jsonparser.Array {
-			return "", errNoEnvelope
-		}
-	}
-	return code, nil
-}
 
 func classifyVolatile(*Proxy, *fetchReq, []byte) cache.Class { return cache.Volatile }
 

@@ -13,6 +13,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 )
 
 var fuzzChains = []string{"CHAINX", "TRADE_ZONE"}
@@ -204,11 +205,11 @@ func FuzzUpstreamAnswer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ri uint8, body []byte) {
 		r := &routes[int(ri)%len(routes)]
 		status := statuses[int(ri)/len(routes)%len(statuses)]
-		code, codeErr := envelopeCode(body)
+		code, codeErr := envelope.Code(body)
 		if codeErr == nil && code == "0" && !json.Valid(body) {
 			t.Fatalf("code 0 for invalid JSON %q", body)
 		}
-		// The call refuses what envelopeCode refuses (malformed, 502); the
+		// The call refuses what envelope.Code refuses (malformed, 502); the
 		// store gets only answers it accepted, with their code.
 		if codeErr == nil {
 			var q query
@@ -223,7 +224,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 					t.Fatalf("class %v", a.entry.Class)
 				}
 			case a.entry != nil: // a refusal of the question, kept for the negative time
-				if !refusedQuestion(status, code) || a.entry.Status != status || !bytes.Equal(a.entry.Body, body) {
+				if !envelope.RefusedQuestion(status, code) || a.entry.Status != status || !bytes.Equal(a.entry.Body, body) {
 					t.Fatalf("kept status %d code %q as a refusal", status, code)
 				}
 			default:

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"explorer-edge/proxy/envelope"
 	"sync/atomic"
 	"time"
 
@@ -123,9 +124,9 @@ func (f *inflight) release(r reservation, answered int) {
 }
 
 // errBytes refuses a fetch that found no room for its answer within its
-// wait, as errBudget refuses one that found no token: 503, 50001, with a
+// wait, as envelope.ErrBudget refuses one that found no token: 503, 50001, with a
 // Retry-After.
-var errBytes = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, reason: "bytes"}
+var errBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, Reason: "bytes"}
 
 // reserve takes room for f's answer, waiting as long as the budget lets a
 // miss wait for a token (upstream.budget_wait; not at all with a stale copy
@@ -139,7 +140,7 @@ func (p *Proxy) reserve(s *settings, f *fetchReq) (reservation, error) {
 	r, ok := p.fetching.acquire(f.route.id, wait)
 	if !ok {
 		p.metrics.Throttled.WithLabelValues("bytes").Inc()
-		return r, errBytes.with(nil, 0)
+		return r, errBytes.With(nil, 0)
 	}
 	return r, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/proxy/envelope"
 )
 
 // Looking inside a running edge, on the admin port and behind the purge
@@ -27,8 +28,8 @@ import (
 // cache holds.
 
 var (
-	errInspectOff = &Error{Status: 404, Code: "404", Msg: "Not found: /cache and /config are off (admin.purge_token is not set)"}
-	errGetOnly    = &Error{Status: 405, Code: "50115", Msg: "Method not allowed: use GET"}
+	errInspectOff = &envelope.Error{Status: 404, Code: "404", Msg: "Not found: /cache and /config are off (admin.purge_token is not set)"}
+	errGetOnly    = &envelope.Error{Status: 405, Code: "50115", Msg: "Method not allowed: use GET"}
 )
 
 // adminAuthorized checks the request's Authorization: Bearer against
@@ -36,7 +37,7 @@ var (
 // and the probes does; when it fails, it answers the refusal (off when no
 // token is set: 404; no token given or a wrong one: 401) and returns false.
 // what names the operation in the sampled log line of a wrong token.
-func (p *Proxy) adminAuthorized(ctx *fasthttp.RequestCtx, s *settings, off *Error, what string) bool {
+func (p *Proxy) adminAuthorized(ctx *fasthttp.RequestCtx, s *settings, off *envelope.Error, what string) bool {
 	if s.purgeToken == nil {
 		adminError(ctx, off)
 		return false
@@ -160,21 +161,21 @@ func (p *Proxy) serveInspectCache(ctx *fasthttp.RequestCtx) {
 	}
 	raw := bytes.TrimSpace(ctx.QueryArgs().Peek("url"))
 	if len(raw) == 0 {
-		adminError(ctx, errMissing("url"))
+		adminError(ctx, envelope.Missing("url"))
 		return
 	}
 	var u fasthttp.URI
 	if err := u.Parse(nil, raw); err != nil {
-		adminError(ctx, errInvalid("url", "not a request URI"))
+		adminError(ctx, envelope.Invalid("url", "not a request URI"))
 		return
 	}
 	if len(u.RequestURI()) > s.cfg.Server.MaxURLBytes {
-		adminError(ctx, errURL)
+		adminError(ctx, envelope.ErrURL)
 		return
 	}
 	r := routeByPath(u.Path())
 	if r == nil {
-		adminError(ctx, errInvalid("url", "path is none of the six routes ("+strings.Join(RouteNames(), ", ")+")"))
+		adminError(ctx, envelope.Invalid("url", "path is none of the six routes ("+strings.Join(RouteNames(), ", ")+")"))
 		return
 	}
 	// The public path's parsing: a question it refuses is refused here
@@ -260,7 +261,7 @@ func (p *Proxy) serveInspectTop(ctx *fasthttp.RequestCtx) {
 	if raw := bytes.TrimSpace(ctx.QueryArgs().Peek("n")); len(raw) > 0 {
 		v, err := strconv.Atoi(string(raw))
 		if err != nil || v < 1 || v > topSlots {
-			adminError(ctx, errInvalid("n", "not a number from 1 to "+strconv.Itoa(topSlots)))
+			adminError(ctx, envelope.Invalid("n", "not a number from 1 to "+strconv.Itoa(topSlots)))
 			return
 		}
 		n = v

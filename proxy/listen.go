@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/tcpio"
 )
 
@@ -101,9 +102,9 @@ func (p *Proxy) Listener(ln net.Listener, cfg ListenerConfig) net.Listener {
 		refusedMax:   m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns"),
 		refusedIP:    m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns_per_ip"),
 		open:         m.ConnsOpen.WithLabelValues(cfg.Name),
-		answerMax: refusalAnswer(&Error{Status: 503, Code: "50001", RetryAfter: 1,
+		answerMax: refusalAnswer(&envelope.Error{Status: 503, Code: "50001", RetryAfter: 1,
 			Msg: "Service temporarily unavailable: " + strconv.Itoa(cfg.MaxConns) + " connections open, the most this port takes"}),
-		answerIP: refusalAnswer(&Error{Status: 429, Code: "50011", RetryAfter: 1,
+		answerIP: refusalAnswer(&envelope.Error{Status: 429, Code: "50011", RetryAfter: 1,
 			Msg: "Too many connections from your address: at most " + strconv.Itoa(cfg.MaxConnsPerIP) + " at once"}),
 	}
 	m.ConnsMax.WithLabelValues(cfg.Name).Set(float64(cfg.MaxConns))
@@ -376,8 +377,8 @@ func (c *countedAny) Close() error {
 
 // refusalAnswer is a whole HTTP/1.1 answer carrying e's envelope, for a
 // connection refused before fasthttp sees it.
-func refusalAnswer(e *Error) []byte {
-	body := appendEnvelope(nil, e.Code, e.Msg)
+func refusalAnswer(e *envelope.Error) []byte {
+	body := envelope.Append(nil, e.Code, e.Msg)
 	b := fmt.Appendf(nil, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nCache-Control: no-store\r\nConnection: close\r\n",
 		e.Status, fasthttp.StatusMessage(e.Status))
 	if e.RetryAfter > 0 {

@@ -20,6 +20,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/sim"
 )
 
@@ -277,7 +278,7 @@ func TestListenerCaps(t *testing.T) {
 // The refusal a capped listener writes is a whole HTTP/1.1 answer that Go's
 // client reads as such.
 func TestRefusalAnswerIsHTTP(t *testing.T) {
-	b := refusalAnswer(&Error{Status: 503, Code: "50001", Msg: `say "why"`, RetryAfter: 1})
+	b := refusalAnswer(&envelope.Error{Status: 503, Code: "50001", Msg: `say "why"`, RetryAfter: 1})
 	res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(b))), nil)
 	if err != nil {
 		t.Fatal(err)

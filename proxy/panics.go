@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"explorer-edge/proxy/envelope"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -18,7 +19,7 @@ import (
 // once per log.repeat_interval for the same place and value.
 
 // errPanic answers a request whose handling panicked.
-var errPanic = &Error{Status: 500, Code: "50026", Msg: "Internal error: the edge failed on this request (logged)", reason: "internal"}
+var errPanic = &envelope.Error{Status: 500, Code: "50026", Msg: "Internal error: the edge failed on this request (logged)", Reason: "internal"}
 
 // maxPanicKey bounds the part of a panic's value that keys its sampling.
 const maxPanicKey = 120
@@ -46,7 +47,7 @@ func (p *Proxy) recoverFlight(err *error) {
 		return
 	}
 	p.panicked("background", v)
-	*err = errPanic.with(fmt.Errorf("panic: %v", v), 0)
+	*err = errPanic.With(fmt.Errorf("panic: %v", v), 0)
 }
 
 // recoverBackground is deferred by goroutines no client waits on

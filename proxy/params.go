@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"explorer-edge/proxy/envelope"
 
 	"github.com/valyala/fasthttp"
 )
@@ -32,7 +33,7 @@ func (q *query) hash(i int) []byte { return q.key[q.hashes[i][0]:q.hashes[i][1]]
 // query. Parameters the route does not name are dropped: they neither reach
 // the upstream nor split the cache. chains are the configured chain names in
 // upper case.
-func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
+func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *envelope.Error {
 	q.route = r
 	q.height = -1
 	q.nHashes = 0
@@ -47,7 +48,7 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 		if raw != nil {
 			present++
 		}
-		var err *Error
+		var err *envelope.Error
 		if k, sep, err = q.appendParam(k, sep, p, raw, chains); err != nil {
 			q.key = k
 			if repeatedDiffering(args, p.name) {
@@ -68,7 +69,7 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
 	if r.window > 0 && q.limit > 0 && (q.page-1)*q.limit >= int64(r.window) {
-		return errInvalid("page", "page starts beyond the reachable 10000 rows")
+		return envelope.Invalid("page", "page starts beyond the reachable 10000 rows")
 	}
 	return nil
 }
@@ -76,11 +77,11 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *Error {
 // appendParam checks p's raw value and appends sep, its name, "=" and its
 // canonical value to k; an absent optional parameter without a default
 // appends nothing. It returns the separator of the next parameter.
-func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []string) ([]byte, byte, *Error) {
+func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []string) ([]byte, byte, *envelope.Error) {
 	v := bytes.TrimSpace(raw)
 	if len(v) == 0 {
 		if p.required {
-			return k, sep, errMissing(p.name)
+			return k, sep, envelope.Missing(p.name)
 		}
 		if p.def == "" {
 			return k, sep, nil
@@ -90,7 +91,7 @@ func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []s
 	k = append(k, sep)
 	k = append(k, p.name...)
 	k = append(k, '=')
-	var err *Error
+	var err *envelope.Error
 	switch p.kind {
 	case kindChain:
 		k, err = appendChain(k, v, chains, p.name)
@@ -118,15 +119,15 @@ func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []s
 	return k, '&', err
 }
 
-func errRepeated(name string) *Error {
-	return errInvalid(name, "given more than once with different values")
+func errRepeated(name string) *envelope.Error {
+	return envelope.Invalid(name, "given more than once with different values")
 }
 
 // conflicting finds a route parameter given again with a value that does
 // not normalize to the one in key (the canonical query of the first
 // values). Each repeated value is normalized alone, once: the cost is
 // linear in the query, whatever the client repeats.
-func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Error {
+func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *envelope.Error {
 	var scratch query
 	var buf []byte
 	for k, v := range args.All() {
@@ -135,7 +136,7 @@ func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *Er
 			continue
 		}
 		scratch.nHashes, scratch.chain = 0, scratch.chain[:0]
-		var e *Error
+		var e *envelope.Error
 		buf, _, e = scratch.appendParam(buf[:0], '&', p, v, chains)
 		val := buf
 		if len(val) > 0 {
@@ -175,13 +176,13 @@ func repeatedDiffering(args *fasthttp.Args, name string) bool {
 // chainLen is the length of the chain value just appended after '='.
 func chainLen(k []byte) int { return len(k) - bytes.LastIndexByte(k, '=') - 1 }
 
-func appendChain(k, v []byte, chains []string, name string) ([]byte, *Error) {
+func appendChain(k, v []byte, chains []string, name string) ([]byte, *envelope.Error) {
 	for _, c := range chains {
 		if equalFold(c, v) {
 			return append(k, c...), nil
 		}
 	}
-	return k, errInvalid(name, "unknown chain")
+	return k, envelope.Invalid(name, "unknown chain")
 }
 
 // equalFold is bytes.EqualFold for ASCII without converting s (which
@@ -206,12 +207,12 @@ func equalFold(s string, b []byte) bool {
 }
 
 // appendHex checks "0x" + n hex digits and appends them in lower case.
-func appendHex(k, v []byte, n int, name string) ([]byte, *Error) {
+func appendHex(k, v []byte, n int, name string) ([]byte, *envelope.Error) {
 	if len(v) != n+2 || v[0] != '0' || (v[1] != 'x' && v[1] != 'X') {
 		if n == 40 {
-			return k, errInvalid(name, "not an address (0x and 40 hex digits)")
+			return k, envelope.Invalid(name, "not an address (0x and 40 hex digits)")
 		}
-		return k, errInvalid(name, "not a hash (0x and 64 hex digits)")
+		return k, envelope.Invalid(name, "not a hash (0x and 64 hex digits)")
 	}
 	k = append(k, '0', 'x')
 	for _, c := range v[2:] {
@@ -220,7 +221,7 @@ func appendHex(k, v []byte, n int, name string) ([]byte, *Error) {
 		case c >= 'A' && c <= 'F':
 			c += 'a' - 'A'
 		default:
-			return k, errInvalid(name, "not hexadecimal")
+			return k, envelope.Invalid(name, "not hexadecimal")
 		}
 		k = append(k, c)
 	}
@@ -229,19 +230,19 @@ func appendHex(k, v []byte, n int, name string) ([]byte, *Error) {
 
 // appendDecimal checks a decimal in [lo, hi], drops leading zeros and
 // appends it.
-func appendDecimal(k, v []byte, lo, hi int64, name string) ([]byte, int64, *Error) {
+func appendDecimal(k, v []byte, lo, hi int64, name string) ([]byte, int64, *envelope.Error) {
 	var n int64
 	if len(v) > 19 {
-		return k, 0, errInvalid(name, "out of range")
+		return k, 0, envelope.Invalid(name, "out of range")
 	}
 	for _, c := range v {
 		if c < '0' || c > '9' {
-			return k, 0, errInvalid(name, "not a non-negative integer")
+			return k, 0, envelope.Invalid(name, "not a non-negative integer")
 		}
 		n = n*10 + int64(c-'0')
 	}
 	if n < lo || n > hi {
-		return k, 0, errInvalid(name, "out of range")
+		return k, 0, envelope.Invalid(name, "out of range")
 	}
 	return appendInt(k, n), n, nil
 }
@@ -260,39 +261,39 @@ func appendInt(k []byte, n int64) []byte {
 	return append(k, b[i:]...)
 }
 
-func appendEnum(k, v []byte, p *param) ([]byte, *Error) {
+func appendEnum(k, v []byte, p *param) ([]byte, *envelope.Error) {
 	for _, e := range p.enum {
 		if equalFold(e, v) {
 			return append(k, e...), nil
 		}
 	}
-	return k, errInvalid(p.name, "not one of the allowed values")
+	return k, envelope.Invalid(p.name, "not one of the allowed values")
 }
 
 // appendHashList appends the hashes of a comma-separated list, lower-cased
 // and without duplicates, in the order asked.
-func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *Error) {
+func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *envelope.Error) {
 	first := true
 	for len(v) > 0 || first {
 		item := v
 		if i := bytes.IndexByte(v, ','); i >= 0 {
 			item, v = v[:i], v[i+1:]
 			if len(v) == 0 {
-				return k, errInvalid(p.name, "empty hash in list")
+				return k, envelope.Invalid(p.name, "empty hash in list")
 			}
 		} else {
 			v = nil
 		}
 		item = bytes.TrimSpace(item)
 		if len(item) == 0 {
-			return k, errInvalid(p.name, "empty hash in list")
+			return k, envelope.Invalid(p.name, "empty hash in list")
 		}
 		mark := len(k)
 		if !first {
 			k = append(k, ',')
 		}
 		start := len(k)
-		var err *Error
+		var err *envelope.Error
 		if k, err = appendHex(k, item, 64, p.name); err != nil {
 			return k, err
 		}
@@ -308,7 +309,7 @@ func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *Error) {
 			continue
 		}
 		if q.nHashes == p.max {
-			return k, errTooMany(p.name, p.max)
+			return k, envelope.TooMany(p.name, p.max)
 		}
 		q.hashes[q.nHashes] = [2]uint16{uint16(start), uint16(len(k))}
 		q.nHashes++

@@ -16,6 +16,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 )
 
 // pool is the upstream accounts (upstream, then upstream.accounts in
@@ -248,13 +249,13 @@ func (pl *pool) breakerOpen() bool {
 // fetch asks f's question of the best account, retrying on another one
 // (or, alone, on the same after a jittered backoff). It returns the
 // upstream's answer, its body a copy and its envelope checked, or an
-// *Error. Callers with a stale copy and background callers never wait for
+// *envelope.Error. Callers with a stale copy and background callers never wait for
 // the budget: the former have a copy to serve, the latter yield to client
 // misses.
 //
 // An account that fails (a transport failure, a 5xx, a 429, an envelope
 // saying the upstream is failing, its credentials refused) is left for
-// another at once. A refusal of the question (refusedQuestion) is asked
+// another at once. A refusal of the question (envelope.RefusedQuestion) is asked
 // again of another account when there is one: the explorer validates
 // what the edge already validated, so a refusal is rare, and one that
 // another account answers is the first account's failure, never a
@@ -278,7 +279,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		a, err := pl.attempt(u, r, cfg, f, attempt, deadline)
 		switch {
 		case refusedBy != nil:
-			if err == nil && !refusedQuestion(a.status, a.code) {
+			if err == nil && !envelope.RefusedQuestion(a.status, a.code) {
 				refusedBy.refusedWrongly(r, u)
 				a.behind = pl.behind(u, f, a)
 				return a, nil
@@ -288,7 +289,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 			}
 			return refused, nil // no second opinion: the refusal stands
 		case err == nil:
-			if refusedQuestion(a.status, a.code) && attempt < cfg.Retries && pl.another(u) {
+			if envelope.RefusedQuestion(a.status, a.code) && attempt < cfg.Retries && pl.another(u) {
 				refused, refusedBy, avoid = a, u, u
 				continue
 			}
@@ -300,7 +301,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
-			err = errBreakerOpen.with(err, int(cfg.BreakerOpenFor/time.Second)+1)
+			err = envelope.ErrBreakerOpen.With(err, int(cfg.BreakerOpenFor/time.Second)+1)
 			if attempt < cfg.Retries && pl.another(u) {
 				avoid = u
 				continue
@@ -364,9 +365,9 @@ func (pl *pool) attempt(u *upstream, r *route, cfg *config.Upstream, f *fetchReq
 	})
 	if as != nil {
 		outcome := "ok"
-		var e *Error
+		var e *envelope.Error
 		if errors.As(err, &e) {
-			outcome = e.reason
+			outcome = e.Reason
 		}
 		as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
 		endSpan(as, err)
@@ -389,8 +390,8 @@ func passOn(a upstreamAnswer, err error) (upstreamAnswer, error) {
 // refused, or it answered an envelope saying it is failing), so another
 // account may well answer.
 func accountFault(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && (e.reason == errCredentials.reason || e.reason == errFailingEnvelope.reason || e.reason == errUpstreamNotFound.reason)
+	var e *envelope.Error
+	return errors.As(err, &e) && (e.Reason == envelope.ErrCredentials.Reason || e.Reason == envelope.ErrFailingEnvelope.Reason || e.Reason == envelope.ErrUpstreamNotFound.Reason)
 }
 
 // refusedWrongly notes that u refused a question (50014, 50025, 50036)
@@ -409,7 +410,7 @@ func (u *upstream) refusedWrongly(r *route, other *upstream) {
 
 // errRefusedWrongly records, in an account's breaker, a refusal of a
 // question another account answered.
-var errRefusedWrongly = &Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", reason: "refused-wrongly"}
+var errRefusedWrongly = &envelope.Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", Reason: "refused-wrongly"}
 
 // another reports whether an account other than u is usable now.
 func (pl *pool) another(u *upstream) bool {
@@ -424,8 +425,8 @@ func (pl *pool) another(u *upstream) bool {
 
 // throttledByUpstream: the upstream answered 429 or 50011.
 func throttledByUpstream(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.reason == errThrottled.reason
+	var e *envelope.Error
+	return errors.As(err, &e) && e.Reason == envelope.ErrThrottled.Reason
 }
 
 // take draws one token for an attempt of f from the best usable account,
@@ -440,11 +441,11 @@ func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstrea
 		if t != nil {
 			t.acct.Refused(metrics.RefusedUpstream)
 		}
-		return nil, errThrottled.with(nil, ceilSeconds(until.Sub(now)))
+		return nil, envelope.ErrThrottled.With(nil, ceilSeconds(until.Sub(now)))
 	}
 	if pl.breakerOpen() {
 		pl.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
-		return nil, errBreakerOpen.with(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
+		return nil, envelope.ErrBreakerOpen.With(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
 	}
 	if t == nil {
 		t = unattributed
@@ -467,7 +468,7 @@ func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstrea
 		if f.tenant != nil {
 			f.tenant.acct.Refused(metrics.RefusedBudget)
 		}
-		return nil, errBudget.with(nil, ceilSeconds(retry))
+		return nil, envelope.ErrBudget.With(nil, ceilSeconds(retry))
 	}
 	return u, nil
 }

@@ -21,6 +21,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/truth"
 )
 
@@ -271,7 +272,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	if m != nil {
 		r = m.route
 	} else if r = routeByPath(ctx.Path()); r == nil {
-		p.fail(ctx, routeUnknown, start, errNotFound)
+		p.fail(ctx, routeUnknown, start, envelope.ErrNotFound)
 		return nil
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
@@ -287,11 +288,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 				return nil
 			}
 		}
-		p.fail(ctx, r.id, start, errMethod)
+		p.fail(ctx, r.id, start, envelope.ErrMethod)
 		return nil
 	}
 	if len(uri) > s.cfg.Server.MaxURLBytes {
-		p.fail(ctx, r.id, start, errURL)
+		p.fail(ctx, r.id, start, envelope.ErrURL)
 		return nil
 	}
 	// Auth comes before the cache: a cached answer is never given to a
@@ -414,11 +415,11 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		return
 	}
 	// An upstream envelope with a code other than "0" that does not refuse
-	// the question (refusedQuestion; those came as a.entry) is never
+	// the question (envelope.RefusedQuestion; those came as a.entry) is never
 	// cached. One that says the upstream is failing is met like any other failure: a
 	// copy within stale_if_error stands in for it. Otherwise it is passed
 	// through as it came.
-	if upstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
+	if envelope.UpstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
 		p.writeEntry(ctx, q, old, now, statusStaleEnvelope)
 		p.done(ctx, id, metrics.ResultStaleError, start)
 		return
@@ -439,8 +440,8 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 // answer to the question), else with the error. It is the one place this
 // is decided, for whole-key and per-hash routes.
 func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, err error, start, now time.Time) {
-	var e *Error
-	answered := errors.As(err, &e) && e.answered
+	var e *envelope.Error
+	answered := errors.As(err, &e) && e.Answered
 	if !answered && old.UsableOnError(now.UnixNano()) {
 		p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
 		p.done(ctx, q.route.id, metrics.ResultStaleError, start)
@@ -590,7 +591,7 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnswer) *answer {
 	r, key, body := f.route, f.key, up.body
 	if up.code != "0" || up.status != fasthttp.StatusOK {
-		if refusedQuestion(up.status, up.code) {
+		if envelope.RefusedQuestion(up.status, up.code) {
 			return p.storeRefusal(s, r, key, up.status, body)
 		}
 		return &answer{status: up.status, code: up.code, body: body}

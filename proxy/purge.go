@@ -13,6 +13,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/proxy/envelope"
 )
 
 // POST /purge on the admin port (docs/purge.md): the operator
@@ -110,17 +111,17 @@ var purgeFields = []string{"url", "hash", "chain", "heights", "route", "all", "s
 
 // parsePurge checks a purge request's body. Its errors are envelopes
 // naming the field at fault.
-func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *Error) {
+func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *envelope.Error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		if len(bytes.TrimSpace(body)) == 0 {
 			return nil, errPurgeMissing("selector")
 		}
-		return nil, errInvalid("body", "not a JSON object")
+		return nil, envelope.Invalid("body", "not a JSON object")
 	}
 	for k := range fields {
 		if !slices.Contains(purgeFields, k) {
-			return nil, errInvalid(k, "unknown field (selectors: url, hash with chain, heights, route with an optional chain, all; and soft)")
+			return nil, envelope.Invalid(k, "unknown field (selectors: url, hash with chain, heights, route with an optional chain, all; and soft)")
 		}
 	}
 	var req purgeRequest
@@ -138,7 +139,7 @@ func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *Error) {
 			if f.name == "all" || f.name == "soft" {
 				what = "true or false"
 			}
-			return nil, errInvalid(f.name, "must be "+what)
+			return nil, envelope.Invalid(f.name, "must be "+what)
 		}
 	}
 	for _, name := range []string{"url", "hash", "heights", "route", "all"} {
@@ -150,10 +151,10 @@ func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *Error) {
 	case len(given) == 0:
 		return nil, errPurgeMissing("selector")
 	case len(given) > 1:
-		return nil, errInvalid(given[0], "give one selector, not "+strings.Join(given, " and "))
+		return nil, envelope.Invalid(given[0], "give one selector, not "+strings.Join(given, " and "))
 	}
 	sel := &selector{soft: req.Soft}
-	var err *Error
+	var err *envelope.Error
 	switch given[0] {
 	case "url":
 		err = p.selectURL(sel, &req, s)
@@ -166,7 +167,7 @@ func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *Error) {
 	case "all":
 		sel.kind = purgeAll
 		if req.Chain != "" {
-			err = errInvalid("chain", "goes with hash or route only")
+			err = envelope.Invalid("chain", "goes with hash or route only")
 		}
 	}
 	if err != nil {
@@ -176,35 +177,35 @@ func (p *Proxy) parsePurge(body []byte, s *settings) (*selector, *Error) {
 	return sel, nil
 }
 
-func errPurgeMissing(name string) *Error {
+func errPurgeMissing(name string) *envelope.Error {
 	if name == "selector" {
-		return &Error{Status: 400, Code: "50014", Msg: "Parameter selector cannot be empty: give one of url, hash (with chain), heights, route, all"}
+		return &envelope.Error{Status: 400, Code: "50014", Msg: "Parameter selector cannot be empty: give one of url, hash (with chain), heights, route, all"}
 	}
-	return errMissing(name)
+	return envelope.Missing(name)
 }
 
 // selectURL normalizes a request URI as the public handler does, to its
 // one key. A per-hash route's answer is assembled from its hashes'
 // entries, which go with it: else the next request would assemble it again.
-func (p *Proxy) selectURL(sel *selector, req *purgeRequest, s *settings) *Error {
+func (p *Proxy) selectURL(sel *selector, req *purgeRequest, s *settings) *envelope.Error {
 	sel.kind = purgeURL
 	if req.Chain != "" {
-		return errInvalid("chain", "goes with hash or route only; the url names its chain")
+		return envelope.Invalid("chain", "goes with hash or route only; the url names its chain")
 	}
 	if strings.TrimSpace(req.URL) == "" {
-		return errMissing("url")
+		return envelope.Missing("url")
 	}
 	var u fasthttp.URI
 	if err := u.Parse(nil, []byte(strings.TrimSpace(req.URL))); err != nil {
-		return errInvalid("url", "not a request URI")
+		return envelope.Invalid("url", "not a request URI")
 	}
 	r := routeByPath(u.Path())
 	if r == nil {
-		return errInvalid("url", "path is none of the six routes")
+		return envelope.Invalid("url", "path is none of the six routes")
 	}
 	var q query
 	if e := q.parse(r, u.QueryArgs(), s.chains); e != nil {
-		return errInvalid("url", e.Msg)
+		return envelope.Invalid("url", e.Msg)
 	}
 	sel.keys = []string{string(q.key)}
 	if r.perHash {
@@ -218,9 +219,9 @@ func (p *Proxy) selectURL(sel *selector, req *purgeRequest, s *settings) *Error 
 
 // chainOf checks a chain name of the request and returns its canonical
 // name and tag.
-func (p *Proxy) chainOf(name, field string, s *settings) (string, uint8, *Error) {
+func (p *Proxy) chainOf(name, field string, s *settings) (string, uint8, *envelope.Error) {
 	if strings.TrimSpace(name) == "" {
-		return "", 0, errMissing(field)
+		return "", 0, envelope.Missing(field)
 	}
 	c, err := appendChain(nil, bytes.TrimSpace([]byte(name)), s.chains, field)
 	if err != nil {
@@ -229,7 +230,7 @@ func (p *Proxy) chainOf(name, field string, s *settings) (string, uint8, *Error)
 	return string(c), p.chainTag(string(c)), nil
 }
 
-func (p *Proxy) selectHash(sel *selector, req *purgeRequest, s *settings) *Error {
+func (p *Proxy) selectHash(sel *selector, req *purgeRequest, s *settings) *envelope.Error {
 	sel.kind = purgeHash
 	h, err := appendHex(nil, bytes.TrimSpace([]byte(req.Hash)), 64, "hash")
 	if err != nil {
@@ -243,25 +244,25 @@ func (p *Proxy) selectHash(sel *selector, req *purgeRequest, s *settings) *Error
 	return nil
 }
 
-func (p *Proxy) selectHeights(sel *selector, req *purgeRequest, raw json.RawMessage, s *settings) *Error {
+func (p *Proxy) selectHeights(sel *selector, req *purgeRequest, raw json.RawMessage, s *settings) *envelope.Error {
 	sel.kind = purgeHeights
 	if req.Chain != "" {
-		return errInvalid("chain", "goes inside heights: {\"heights\":{\"chain\":..,\"from\":..,\"to\":..}}")
+		return envelope.Invalid("chain", "goes inside heights: {\"heights\":{\"chain\":..,\"from\":..,\"to\":..}}")
 	}
 	var in map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &in); err != nil || in == nil {
-		return errInvalid("heights", "must be an object {\"chain\":..,\"from\":..,\"to\":..}")
+		return envelope.Invalid("heights", "must be an object {\"chain\":..,\"from\":..,\"to\":..}")
 	}
 	for k := range in {
 		if k != "chain" && k != "from" && k != "to" {
-			return errInvalid("heights."+k, "unknown field (chain, from, to)")
+			return envelope.Invalid("heights."+k, "unknown field (chain, from, to)")
 		}
 	}
 	var h purgeHeightsIn
-	var err *Error
+	var err *envelope.Error
 	var name string
 	if c, ok := in["chain"]; ok && json.Unmarshal(c, &name) != nil {
-		return errInvalid("chain", "must be a string")
+		return envelope.Invalid("chain", "must be a string")
 	}
 	if h.Chain, sel.chain, err = p.chainOf(name, "chain", s); err != nil {
 		return err
@@ -272,16 +273,16 @@ func (p *Proxy) selectHeights(sel *selector, req *purgeRequest, raw json.RawMess
 	}{{"from", &h.From}, {"to", &h.To}} {
 		v, ok := in[f.name]
 		if !ok {
-			return errMissing(f.name)
+			return envelope.Missing(f.name)
 		}
 		n, ok := heightValue(v)
 		if !ok {
-			return errInvalid(f.name, "not a block height (a non-negative integer)")
+			return envelope.Invalid(f.name, "not a block height (a non-negative integer)")
 		}
 		*f.dst = n
 	}
 	if h.From > h.To {
-		return errInvalid("from", "above to")
+		return envelope.Invalid("from", "above to")
 	}
 	sel.from, sel.to = h.From, h.To
 	req.Heights = &h
@@ -299,15 +300,15 @@ func heightValue(raw json.RawMessage) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-func (p *Proxy) selectRoute(sel *selector, req *purgeRequest, s *settings) *Error {
+func (p *Proxy) selectRoute(sel *selector, req *purgeRequest, s *settings) *envelope.Error {
 	sel.kind = purgeRoute
 	name := strings.TrimSpace(req.Route)
 	if name == "" {
-		return errMissing("route")
+		return envelope.Missing("route")
 	}
 	i := slices.Index(RouteNames(), name)
 	if i < 0 {
-		return errInvalid("route", "not one of "+strings.Join(RouteNames(), ", "))
+		return envelope.Invalid("route", "not one of "+strings.Join(RouteNames(), ", "))
 	}
 	r := &routes[i]
 	sel.routes = 1 << routeTag(r)
@@ -315,7 +316,7 @@ func (p *Proxy) selectRoute(sel *selector, req *purgeRequest, s *settings) *Erro
 		sel.routes |= 1 << tagPerHash
 	}
 	if req.Chain != "" {
-		var err *Error
+		var err *envelope.Error
 		if req.Chain, sel.chain, err = p.chainOf(req.Chain, "chain", s); err != nil {
 			return err
 		}
@@ -360,10 +361,10 @@ func purgeTokenOf(cfg config.Admin) (*[32]byte, error) {
 }
 
 var (
-	errPurgeOff      = &Error{Status: 404, Code: "404", Msg: "Not found: purge is off (admin.purge_token is not set)"}
-	errPurgeNoToken  = &Error{Status: 401, Code: "50103", Msg: "Authorization header with a Bearer token is required"}
-	errPurgeBadToken = &Error{Status: 401, Code: "50111", Msg: "Invalid purge token"}
-	errPurgeMethod   = &Error{Status: 405, Code: "50115", Msg: "Method not allowed: use POST"}
+	errPurgeOff      = &envelope.Error{Status: 404, Code: "404", Msg: "Not found: purge is off (admin.purge_token is not set)"}
+	errPurgeNoToken  = &envelope.Error{Status: 401, Code: "50103", Msg: "Authorization header with a Bearer token is required"}
+	errPurgeBadToken = &envelope.Error{Status: 401, Code: "50111", Msg: "Invalid purge token"}
+	errPurgeMethod   = &envelope.Error{Status: 405, Code: "50115", Msg: "Method not allowed: use POST"}
 )
 
 // servePurge is POST /purge.
@@ -386,7 +387,7 @@ func (p *Proxy) servePurge(ctx *fasthttp.RequestCtx) {
 		"memory", res.Memory, "redis", res.Redis, "fleet", res.Fleet, "seq", res.Seq, "caller", ctx.RemoteAddr().String())
 	if err != nil {
 		p.log.Warn("purge not passed on to the fleet: the shared tier did not answer", "err", err)
-		adminError(ctx, &Error{Status: 503, Code: "50001", Msg: "Purged this node only (" + strconv.Itoa(res.Memory) +
+		adminError(ctx, &envelope.Error{Status: 503, Code: "50001", Msg: "Purged this node only (" + strconv.Itoa(res.Memory) +
 			" entries in memory): the shared tier did not answer, so the other nodes were not told; retry"})
 		return
 	}
@@ -457,7 +458,7 @@ func (s *selector) describe() string {
 }
 
 // adminError writes an envelope on the admin port.
-func adminError(ctx *fasthttp.RequestCtx, e *Error) {
+func adminError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(e.Status)
 	ctx.SetContentTypeBytes(ctJSON)
@@ -468,5 +469,5 @@ func adminError(ctx *fasthttp.RequestCtx, e *Error) {
 	case fasthttp.StatusMethodNotAllowed:
 		ctx.Response.Header.Set("Allow", "POST")
 	}
-	ctx.SetBody(appendEnvelope(nil, e.Code, e.Msg))
+	ctx.SetBody(envelope.Append(nil, e.Code, e.Msg))
 }

@@ -6,10 +6,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/envelope"
 )
 
 // storeRefusal caches an upstream envelope that refuses the question
-// (refusedQuestion) for the route's negative time (its shortest TTL when it
+// (envelope.RefusedQuestion) for the route's negative time (its shortest TTL when it
 // has none), with its status: asked again, it is a hit, not one more call
 // of the quota. It has no stale windows, never stands in for a failure, and
 // stays on this node: the shared tier holds successes only.
@@ -29,7 +30,7 @@ func (p *Proxy) served(ctx *fasthttp.RequestCtx, id routeID, e *cache.Entry, res
 		p.done(ctx, id, result, start)
 		return
 	}
-	code, _ := envelopeCode(e.Body)
+	code, _ := envelope.Code(e.Body)
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(code), time.Since(start).Seconds())
 	p.access(ctx, id, result, code, start)

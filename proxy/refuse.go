@@ -3,7 +3,9 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"explorer-edge/proxy/envelope"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -34,7 +36,7 @@ var keyTransferEncoding = []byte("transfer-encoding:")
 // It costs one IndexByte per header line and reads only what fasthttp
 // parsed already (ContentLength is -1 for chunked, RawHeaders the header
 // block as received): the hit path allocates nothing for it.
-func framingError(h *fasthttp.RequestHeader) *Error {
+func framingError(h *fasthttp.RequestHeader) *envelope.Error {
 	if h.ContentLength() == -1 {
 		return errFramingTE
 	}
@@ -62,7 +64,7 @@ func framingError(h *fasthttp.RequestHeader) *Error {
 
 // refuseFraming answers a request framingError refuses and closes the
 // connection: whatever follows on it cannot be trusted to be a request.
-func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *Error) {
+func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *envelope.Error) {
 	id := routeUnknown
 	if r := routeByPath(ctx.Path()); r != nil {
 		id = r.id
@@ -80,7 +82,7 @@ func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *Erro
 // body. Each gets an envelope of the error table instead of fasthttp's
 // plain text; the cause, which may quote the client's headers, is not
 // shown.
-func (p *Proxy) unreadable(headersTooLarge *Error) func(*fasthttp.RequestCtx, error) {
+func (p *Proxy) unreadable(headersTooLarge *envelope.Error) func(*fasthttp.RequestCtx, error) {
 	return func(ctx *fasthttp.RequestCtx, err error) {
 		p.fail(ctx, routeUnknown, time.Now(), unreadableError(err, headersTooLarge))
 	}
@@ -88,7 +90,7 @@ func (p *Proxy) unreadable(headersTooLarge *Error) func(*fasthttp.RequestCtx, er
 
 // unreadableError is the error table's answer to a request fasthttp could
 // not read with err.
-func unreadableError(err error, headersTooLarge *Error) *Error {
+func unreadableError(err error, headersTooLarge *envelope.Error) *envelope.Error {
 	var small *fasthttp.ErrSmallBuffer
 	var ne net.Error
 	switch {
@@ -100,4 +102,22 @@ func unreadableError(err error, headersTooLarge *Error) *Error {
 		return errReadTimeout
 	}
 	return errUnreadable
+}
+
+// Requests refused before routing: their framing is ambiguous (RFC 9112
+// sections 2.2, 5.2, 6.1; see framingError) or fasthttp could not read them
+// (see Proxy.unreadable). The connection is closed after each.
+var (
+	errFramingTE    = &envelope.Error{Status: 400, Code: "50036", Msg: "Request refused: Transfer-Encoding is not accepted, no route takes a body"}
+	errFramingLF    = &envelope.Error{Status: 400, Code: "50036", Msg: "Request refused: a header line ends in a bare LF, not CRLF"}
+	errFramingFold  = &envelope.Error{Status: 400, Code: "50036", Msg: "Request refused: obsolete line folding in a header"}
+	errUnreadable   = &envelope.Error{Status: 400, Code: "50036", Msg: "Malformed request: the request line or a header cannot be parsed"}
+	errBodyTooLarge = &envelope.Error{Status: 413, Code: "50036", Msg: "Request body larger than " + strconv.Itoa(maxBodyBytes) + " bytes: no route takes a body"}
+	errReadTimeout  = &envelope.Error{Status: 408, Code: "50036", Msg: "Request not received within server.read_timeout"}
+)
+
+// errHeadersTooLarge is the 431 of a request line and headers beyond the
+// read buffer (server.max_header_bytes).
+func errHeadersTooLarge(max int) *envelope.Error {
+	return &envelope.Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(max) + " bytes (server.max_header_bytes)"}
 }

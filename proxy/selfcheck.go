@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"explorer-edge/proxy/envelope"
 	"net/url"
 	"strings"
 	"sync"
@@ -100,11 +101,11 @@ func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route, target 
 		return nil
 	}
 	st := &selfCheckState{why: err.Error(), at: time.Now()}
-	var e *Error
+	var e *envelope.Error
 	switch {
-	case errors.As(err, &e) && e.reason == errUpstreamNotFound.reason:
+	case errors.As(err, &e) && e.Reason == envelope.ErrUpstreamNotFound.Reason:
 		st.misconfigured, st.why = true, "the upstream answered 404, no such path: upstream.base_url is wrong"
-	case errors.As(err, &e) && e.reason == errCredentials.reason:
+	case errors.As(err, &e) && e.Reason == envelope.ErrCredentials.Reason:
 		st.misconfigured, st.why = true, "the upstream refused the credentials (api_key, secret_key, passphrase)"
 	case errors.As(err, &e):
 		st.why = "the upstream failed: " + e.Msg

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/tcpio"
 )
 
@@ -82,7 +83,7 @@ func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
 // default read buffer).
 const adminHeaderBytes = 4096
 
-var errAdminHeadersTooLarge = &Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(adminHeaderBytes) + " bytes"}
+var errAdminHeadersTooLarge = &envelope.Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(adminHeaderBytes) + " bytes"}
 
 // connLogger takes fasthttp's log lines. Those about one client breaking
 // the protocol (a body too large, a malformed request line, a timeout) are

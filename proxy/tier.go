@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/envelope"
 )
 
 // Tier is the shared second cache tier of fleet mode (docs/fleet.md).
@@ -106,7 +107,7 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 				why = "records are not JSON"
 			}
 		default:
-			if code, err := envelopeCode(body); err != nil || code != "0" {
+			if code, err := envelope.Code(body); err != nil || code != "0" {
 				why = "not an answer of code 0"
 			}
 		}

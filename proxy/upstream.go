@@ -18,6 +18,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/signer"
 )
 
@@ -110,8 +111,8 @@ func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog
 		// with an error envelope, or a call our budget held back, is not
 		// the upstream failing.
 		IsSuccessful: func(err error) bool {
-			var e *Error
-			return err == nil || (errors.As(err, &e) && (e == errBudget || e.reason == "quota"))
+			var e *envelope.Error
+			return err == nil || (errors.As(err, &e) && (e == envelope.ErrBudget || e.Reason == "quota"))
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			up.breakerState.Store(int32(to))
@@ -149,12 +150,12 @@ func (u *upstream) breakerOpen() bool { return u.breaker.State() == gobreaker.St
 // come again the same, and a 429 or a spent budget is not the upstream
 // failing.
 func retryable(err error) bool {
-	var e *Error
+	var e *envelope.Error
 	if !errors.As(err, &e) {
 		return false
 	}
-	switch e.reason {
-	case errTimeout.reason, errUnreachable.reason, errBadGateway.reason:
+	switch e.Reason {
+	case envelope.ErrTimeout.Reason, envelope.ErrUnreachable.Reason, envelope.ErrBadGateway.Reason:
 		return true
 	}
 	return false
@@ -194,9 +195,9 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	err := u.hc.DoTimeout(req, resp, timeout)
 	took := time.Since(start)
 	if err != nil {
-		e := classifyTransport(err)
+		e := envelope.ClassifyTransport(err)
 		outcome := metrics.OutcomeConnection
-		switch e.reason {
+		switch e.Reason {
 		case "timeout":
 			outcome = metrics.OutcomeTimeout
 		case "too-large":
@@ -209,43 +210,43 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	status := resp.StatusCode()
 	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
 	if err != nil {
-		outcome, e := metrics.OutcomeMalformed, errMalformed
+		outcome, e := metrics.OutcomeMalformed, envelope.ErrMalformed
 		if errors.Is(err, errDecodedTooLarge) {
-			outcome, e = metrics.OutcomeTooLarge, errTooLarge
+			outcome, e = metrics.OutcomeTooLarge, envelope.ErrTooLarge
 		}
 		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
-		return upstreamAnswer{}, e.with(err, 0)
+		return upstreamAnswer{}, e.With(err, 0)
 	}
-	code, _ := envelopeCode(body)
+	code, _ := envelope.Code(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
 	switch {
-	case credentialsRefused(status, code):
+	case envelope.CredentialsRefused(status, code):
 		outcome = metrics.OutcomeCredentials
-		result = errCredentials.with(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
+		result = envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
 		u.credentialsRefused(status, code)
 	case status == fasthttp.StatusNotFound:
 		// Whatever envelope came with it: the path asked is the API's, so
 		// the base_url is wrong. An upstream failure, counted and alerted
 		// on, never the client's 404.
 		outcome = metrics.OutcomeNotFound
-		result = errUpstreamNotFound.with(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
+		result = envelope.ErrUpstreamNotFound.With(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		outcome = metrics.Outcome429
 		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
-		result = errThrottled.with(fmt.Errorf("upstream answered %d code %q", status, code), ceilSeconds(retry))
+		result = envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), ceilSeconds(retry))
 	case status >= 500:
 		outcome = metrics.Outcome5xx
-		result = errBadGateway.with(fmt.Errorf("upstream answered %d", status), 0)
+		result = envelope.ErrBadGateway.With(fmt.Errorf("upstream answered %d", status), 0)
 	case code == "":
 		outcome = metrics.OutcomeMalformed
-		result = errMalformed.with(fmt.Errorf("upstream answered %d without an envelope", status), 0)
-	case upstreamFailing(status, code):
+		result = envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
+	case envelope.UpstreamFailing(status, code):
 		// The account's failure, for its health and breaker; the answer
 		// goes with the error, to be passed on if no other account can
 		// be asked (pool.fetch).
 		outcome = metrics.OutcomeErrorEnvelope
-		result = errFailingEnvelope.with(fmt.Errorf("upstream answered %d code %q", status, code), 0)
+		result = envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
 	case code != "0":
 		outcome = metrics.OutcomeErrorEnvelope
 	default:
@@ -265,7 +266,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	return a, result
 }
 
-// credentialsRefused logs, at error and once per log.repeat_interval for
+// envelope.CredentialsRefused logs, at error and once per log.repeat_interval for
 // the account, that the upstream refused the account's credentials: every
 // question on it fails until an operator acts.
 func (u *upstream) credentialsRefused(status int, code string) {

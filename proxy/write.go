@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/envelope"
 )
 
 var (
@@ -52,16 +53,16 @@ var (
 	statusMissNotStored   = cacheStatus{"explorer-edge; fwd=miss", false, ""}
 	statusCollapsed       = cacheStatus{"explorer-edge; fwd=miss; collapsed", true, ""}
 	statusPartial         = cacheStatus{"explorer-edge; fwd=partial; stored", true, ""}
-	statusStaleEnvelope   = cacheStatus{"explorer-edge; hit", true, "stale-if-error-" + reasonEnvelope}
+	statusStaleEnvelope   = cacheStatus{"explorer-edge; hit", true, "stale-if-error-" + envelope.ReasonEnvelope}
 	statusStaleBehind     = cacheStatus{"explorer-edge; hit", true, "stale-if-error-behind"}
 )
 
 // staleErrorStatus names, in the detail, why a stale copy was served.
 func staleErrorStatus(err error) cacheStatus {
 	detail := "stale-if-error"
-	var e *Error
-	if errors.As(err, &e) && e.reason != "" {
-		detail += "-" + e.reason
+	var e *envelope.Error
+	if errors.As(err, &e) && e.Reason != "" {
+		detail += "-" + e.Reason
 	}
 	return cacheStatus{"explorer-edge; hit", true, detail}
 }
@@ -159,7 +160,7 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	if err != nil { // the cache's own bytes, checked when they came from Redis: never expected
 		p.log.Error("stored answer does not inflate; dropped", "key", e.Key, "err", err.Error())
 		p.cache.Del(e.Key)
-		p.writeError(ctx, errBadGateway)
+		p.writeError(ctx, envelope.ErrBadGateway)
 	}
 }
 
@@ -244,9 +245,9 @@ func etagMatch(inm, etag []byte) bool {
 
 // fail writes err as an envelope. Every error goes through here.
 func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err error) {
-	var e *Error
+	var e *envelope.Error
 	if !errors.As(err, &e) {
-		e = errBadGateway.with(err, 0)
+		e = envelope.ErrBadGateway.With(err, 0)
 	}
 	p.writeError(ctx, e)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
@@ -257,7 +258,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err 
 }
 
 // writeError replaces the response with e's envelope.
-func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *Error) {
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
 	resetResponse(ctx)
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
@@ -268,7 +269,7 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *Error) {
 	if e.RetryAfter > 0 {
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, strconv.AppendInt(nil, int64(e.RetryAfter), 10))
 	}
-	ctx.Response.SetBodyRaw(appendEnvelope(nil, e.Code, e.Msg))
+	ctx.Response.SetBodyRaw(envelope.Append(nil, e.Code, e.Msg))
 	p.corsHeaders(ctx)
 }
 

@@ -1,0 +1,197 @@
+// Package envelope owns the explorer's answer envelope ({"code","msg","data"})
+// as the edge reads and writes it: Code reads an upstream answer's code,
+// Error is every failure a client can see (an envelope with its HTTP
+// status), and the predicates say what an upstream envelope means
+// (a refused question, a failing upstream, refused credentials).
+package envelope
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+
+	"github.com/buger/jsonparser"
+	"github.com/valyala/fasthttp"
+)
+
+// Error is every failure a client can see: an envelope of the explorer API
+// with its HTTP status (README.md, Errors).
+type Error struct {
+	Status     int    // HTTP status for the client
+	Code       string // the explorer's code, e.g. "50036"
+	Msg        string // says which parameter and why
+	RetryAfter int    // seconds for Retry-After; 0 = none
+	Err        error  // cause, if any; never shown to the client
+	Reason     string // upstream failures: why, for Cache-Status details
+	// Answered: the upstream's own answer to the question (an envelope of
+	// the client's side, such as 50036), not a failure: no stale copy
+	// stands in for it.
+	Answered bool
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s (%s): %v", e.Code, e.Msg, e.Err)
+	}
+	return e.Code + " (" + e.Msg + ")"
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func Missing(p string) *Error {
+	return &Error{Status: 400, Code: "50014", Msg: "Parameter " + p + " cannot be empty"}
+}
+
+func Invalid(p, why string) *Error {
+	return &Error{Status: 400, Code: "50036", Msg: "Parameter " + p + " error: " + why}
+}
+
+func TooMany(p string, n int) *Error {
+	return &Error{Status: 400, Code: "50025", Msg: "Parameter " + p + " error: at most " + strconv.Itoa(n) + " hashes"}
+}
+
+var (
+	ErrNotFound = &Error{Status: 404, Code: "404", Msg: "Not found: the edge serves only the six /api/v5/chainx routes"}
+	ErrMethod   = &Error{Status: 405, Code: "50115", Msg: "Method not allowed: use GET or HEAD"}
+	ErrURL      = &Error{Status: 414, Code: "50036", Msg: "Request URI too long"}
+)
+
+// Upstream failure kinds: the outcome label and the client's envelope.
+var (
+	ErrUnreachable = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream unreachable", Reason: "unreachable"}
+	ErrBreakerOpen = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream failing, circuit open", Reason: "breaker-open"}
+	ErrBudget      = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream quota spent", RetryAfter: 1, Reason: "quota"}
+	ErrThrottled   = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream rate limited", RetryAfter: 1, Reason: "quota"}
+	ErrBadGateway  = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Reason: "upstream-error"}
+	ErrMalformed   = &Error{Status: 502, Code: "50026", Msg: "Upstream error: malformed answer", Reason: "malformed"}
+	ErrTooLarge    = &Error{Status: 502, Code: "50026", Msg: "Upstream error: answer too large", Reason: "too-large"}
+	ErrTimeout     = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", Reason: "timeout"}
+	// ErrCredentials: the upstream refused the edge's own account (HTTP
+	// 401, or a code 50102-50113 about the signed headers). Never passed
+	// to a client as the upstream said it: the client's credentials are
+	// fine, the edge's are not.
+	ErrCredentials = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream refused the edge's own credentials", Reason: "credentials"}
+	// ErrUpstreamNotFound: the upstream answered 404, no such path. The
+	// edge asks only the API's own routes, so upstream.base_url is wrong
+	// (a prefix too many, another service): the edge's failure, never
+	// passed on as the client's 404.
+	ErrUpstreamNotFound = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream has no such path (check upstream.base_url)", Reason: "not-found"}
+	// ErrFailingEnvelope: the upstream answered an envelope that says it is
+	// failing (UpstreamFailing). It is the account's failure; when no
+	// other account can be asked, the envelope is passed on as it came.
+	ErrFailingEnvelope = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Reason: ReasonEnvelope}
+)
+
+// CredentialsRefused reports whether an upstream answer refuses the
+// account's credentials rather than the question: HTTP 401, or a code
+// of the explorer's authentication range, 50102 (timestamp) to 50113
+// (signature).
+func CredentialsRefused(status int, code string) bool {
+	if status == fasthttp.StatusUnauthorized {
+		return true
+	}
+	n, err := strconv.Atoi(code)
+	return err == nil && n >= 50102 && n <= 50113
+}
+
+// ReasonEnvelope: the upstream answered an error envelope (a code other than "0").
+const ReasonEnvelope = "upstream-envelope"
+
+// UpstreamFailing reports whether an upstream error envelope says the
+// upstream failed rather than that the question is wrong: a 5xx or 429
+// status, or a code of the server's side (50001 unavailable, 50004 timeout,
+// 50011 rate limited, 50026 system error). Only then may a stale copy stand
+// in for it.
+func UpstreamFailing(status int, code string) bool {
+	switch code {
+	case "50001", "50004", "50011", "50026":
+		return true
+	}
+	return status >= 500 || status == fasthttp.StatusTooManyRequests
+}
+
+// RefusedQuestion reports whether an upstream envelope refuses the
+// question itself, so that asking again gets the same answer until the
+// chain moves: a parameter code (50014 missing, 50025 too many hashes,
+// 50036 malformed or out of range, e.g. a height below the reachable
+// window) with status 400 or 200. Such an answer is cached for the route's
+// negative time. Anything else that is not a success (5xx, 429, the
+// upstream's own failures 50001/50004/50011/50026, auth codes about the
+// edge's credentials, codes not listed) is never cached.
+func RefusedQuestion(status int, code string) bool {
+	switch code {
+	case "50014", "50025", "50036":
+		return status == fasthttp.StatusBadRequest || status == fasthttp.StatusOK
+	}
+	return false
+}
+
+// With returns a copy of e carrying cause and, if > 0, a Retry-After.
+func (e *Error) With(cause error, retryAfter int) *Error {
+	c := *e
+	c.Err = cause
+	if retryAfter > 0 {
+		c.RetryAfter = retryAfter
+	}
+	return &c
+}
+
+// ClassifyTransport turns an error of the fasthttp client into the client's
+// envelope (Caddy's statusError is the model): a timeout is 504, a host that
+// cannot be reached is 503, a connection broken mid-answer or an oversized
+// answer is 502.
+func ClassifyTransport(err error) *Error {
+	var ne net.Error
+	var op *net.OpError
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return ErrTimeout.With(err, 0)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return ErrTooLarge.With(err, 0)
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, fasthttp.ErrNoFreeConns),
+		errors.As(err, &op) && op.Op == "dial":
+		return ErrUnreachable.With(err, 0)
+	}
+	return ErrBadGateway.With(err, 0)
+}
+
+// Append writes {"code":..,"msg":..,"data":[]}.
+func Append(dst []byte, code, msg string) []byte {
+	m, _ := json.Marshal(msg)
+	dst = append(dst, `{"code":"`...)
+	dst = append(dst, code...)
+	dst = append(dst, `","msg":`...)
+	dst = append(dst, m...)
+	return append(dst, `,"data":[]}`...)
+}
+
+var ErrNoEnvelope = errors.New("answer is not an explorer envelope")
+
+// Code returns the envelope's code after checking the answer is
+// whole JSON (a truncated answer must not be cached as a success).
+func Code(body []byte) (string, error) {
+	if !json.Valid(body) { // a scanner; allocates nothing
+		return "", ErrNoEnvelope
+	}
+	code, err := jsonparser.GetString(body, "code")
+	if err != nil {
+		// Some gateways send a numeric code.
+		if n, err2 := jsonparser.GetInt(body, "code"); err2 == nil {
+			return strconv.FormatInt(n, 10), nil
+		}
+		return "", ErrNoEnvelope
+	}
+	if code == "0" {
+		if _, t, _, err := jsonparser.Get(body, "data"); err != nil || t != jsonparser.Array {
+			return "", ErrNoEnvelope
+		}
+	}
+	return code, nil
+}
