@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"explorer-edge/metrics"
-	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 )
 
 // The Grafana dashboard and the alert rules in deploy/ are written by hand
@@ -43,7 +43,7 @@ type family struct {
 
 func exportedFamilies(t *testing.T) exported {
 	t.Helper()
-	m := metrics.New(proxy.RouteNames(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
+	m := metrics.New(route.Names(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
 	m.RegisterShared()
 	m.BudgetTokens(func() float64 { return 0 })                                                       // registered by the proxy's upstream
 	m.Client("anonymous")                                                                             // made by the proxy's admission, for each client

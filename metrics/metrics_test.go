@@ -7,7 +7,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"explorer-edge/metrics"
-	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 )
 
 // bucketAround returns the bounds of the histogram bucket that holds v
@@ -49,7 +49,7 @@ func histogramBounds(t *testing.T, m *metrics.Metrics, name string) []float64 {
 // can tell a 5 us hit from a 40 us one and a 5 s miss from a 1 s one. The
 // number of buckets stays bounded: each is a series per route.
 func TestLatencyBucketsResolveHitsAndMisses(t *testing.T) {
-	m := metrics.New(proxy.RouteNames(), nil, cacheStats{})
+	m := metrics.New(route.Names(), nil, cacheStats{})
 	for _, h := range []struct {
 		name   string
 		values []float64 // seconds that must be resolved
@@ -76,7 +76,7 @@ func TestLatencyBucketsResolveHitsAndMisses(t *testing.T) {
 // first one) and request_duration_seconds. A code the unknown route has
 // never answered gets its series when it first happens.
 func TestNoSeriesThatCannotMove(t *testing.T) {
-	routes := proxy.RouteNames()
+	routes := route.Names()
 	m := metrics.New(routes, nil, cacheStats{})
 	unknown := len(routes)
 	count := func() map[string][]string { // family -> codes (or "" per series) with route="unknown"

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"explorer-edge/metrics"
-	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 )
 
 // panelSamples is what one target of a panel must give at 8m: labels ->
@@ -113,7 +113,7 @@ func TestDashboardShowsWhatTheOperatorAsks(t *testing.T) {
 // a finalized height of 0); its first height makes one; a height of 0 or an
 // unconfigured chain never does.
 func TestFinalHeightAbsentUntilKnown(t *testing.T) {
-	m := metrics.New(proxy.RouteNames(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
+	m := metrics.New(route.Names(), []string{"CHAINX", "TRADE_ZONE"}, cacheStats{})
 	heights := func() map[string]float64 {
 		mfs, err := m.Registry.Gather()
 		if err != nil {

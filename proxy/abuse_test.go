@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -257,8 +258,8 @@ func TestClientAbuse(t *testing.T) {
 // parse of it per repeat, and an empty first value of a repeated parameter
 // is the repeat's error, not "missing".
 func TestRepeatedParametersAreCheap(t *testing.T) {
-	r := &routes[routeTransactionMulti]
-	hashes := make([]string, maxHashes)
+	r := &route.Table[route.TransactionMulti]
+	hashes := make([]string, route.MaxHashes)
 	for i := range hashes {
 		hashes[i] = "0x" + strings.Repeat(fmt.Sprintf("%02x", i), 32)
 	}
@@ -272,7 +273,7 @@ func TestRepeatedParametersAreCheap(t *testing.T) {
 		}
 		args.Parse(raw.String())
 		return testing.AllocsPerRun(20, func() {
-			if err := q.parse(r, &args, fuzzChains); err != nil {
+			if err := q.Parse(r, &args, fuzzChains); err != nil {
 				t.Fatalf("%d spellings of one chain: %v", repeats, err)
 			}
 		})
@@ -290,13 +291,13 @@ func TestRepeatedParametersAreCheap(t *testing.T) {
 		{"chainShortName=chainx&txId=" + hashes[0] + "&txId=" + strings.ToUpper(hashes[0][2:]), "txId"},
 	} {
 		args.Parse(c.query)
-		err := q.parse(r, &args, fuzzChains)
+		err := q.Parse(r, &args, fuzzChains)
 		if err == nil || err.Code != "50036" || !strings.Contains(err.Msg, c.param) || !strings.Contains(err.Msg, "more than once") {
 			t.Errorf("%s: %v, want 50036 naming %s as repeated", c.query, err, c.param)
 		}
 	}
 	args.Parse("chainShortName=chainx&txId=" + hashes[0] + "&txId=0X" + strings.ToUpper(hashes[0][2:]))
-	if err := q.parse(r, &args, fuzzChains); err != nil {
+	if err := q.Parse(r, &args, fuzzChains); err != nil {
 		t.Errorf("one hash spelled twice: %v", err)
 	}
 }

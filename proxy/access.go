@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/route"
 )
 
 // noResult is the cache result of a request refused before the cache.
@@ -30,7 +31,7 @@ func sampleThreshold(fraction float64) uint64 {
 
 // access writes the access log line of a sampled request. With sampling off
 // it is one atomic load and a comparison: the hit path stays allocation-free.
-func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
+func (p *Proxy) access(ctx *fasthttp.RequestCtx, id route.ID, result int, code string, start time.Time) {
 	p.account(ctx, result)
 	if t := p.accessSample.Load(); t == 0 || rand.Uint64() > t {
 		return
@@ -45,7 +46,7 @@ func (p *Proxy) access(ctx *fasthttp.RequestCtx, id routeID, result int, code st
 // answer's X-Request-Id, the client's own or the edge's. log.access_fields
 // adds the method, the normalized question (the cache key: only the
 // route's parameters, canonical), the body's bytes and the upstream time.
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code string, start time.Time) {
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id route.ID, result int, code string, start time.Time) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -90,16 +91,16 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id routeID, result int, code
 // for a request that has none (an unknown path, a refused parameter).
 // Built again from the request: only a sampled line with the field pays.
 func (p *Proxy) accessKey(ctx *fasthttp.RequestCtx, s *settings) string {
-	r := routeByPath(ctx.Path())
+	r := route.ByPath(ctx.Path())
 	if r == nil {
 		return ""
 	}
 	q := p.queries.Get().(*query)
 	defer p.queries.Put(q)
-	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
+	if err := q.Parse(r, ctx.QueryArgs(), s.chains); err != nil {
 		return ""
 	}
-	return string(q.key)
+	return string(q.Key)
 }
 
 // upstreamTimeKey is the user value of a request holding the time of the

@@ -15,6 +15,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 // transaction-multi and transaction-fills return the same records, so they
@@ -67,7 +68,7 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 // cached answer, if any: only one made by the fallback below has stale
 // windows, and it stands in for a failure.
 func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
-	chain := string(q.chain)
+	chain := string(q.Chain)
 	parts := p.lookupParts(q, now)
 	p.refreshParts(s, chain, parts.stale, q.tenant)
 	t0 := time.Now()
@@ -88,7 +89,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		return
 	}
 	result, st := parts.status(err)
-	assembled, body := assemble(string(q.key), parts.items)
+	assembled, body := assemble(string(q.Key), parts.items)
 	if assembled.Fresh > now.UnixNano() && err == nil {
 		p.cache.TagFrom(assembled, body) // from the body at hand: Set need not inflate it
 		p.cache.Set(assembled, now)
@@ -96,7 +97,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
 	}
 	p.writeEntry(ctx, q, assembled, now, st)
-	p.done(ctx, q.route.id, result, start)
+	p.done(ctx, q.Route.ID, result, start)
 }
 
 // batchParts is what the item cache and the shared tier hold of one
@@ -114,12 +115,12 @@ type batchParts struct {
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
 // shared tier in one round trip.
 func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
-	chain := string(q.chain)
-	b := &batchParts{hashes: make([]string, q.nHashes), items: make([]*cache.Entry, q.nHashes), tenant: q.tenant}
+	chain := string(q.Chain)
+	b := &batchParts{hashes: make([]string, q.NHashes), items: make([]*cache.Entry, q.NHashes), tenant: q.tenant}
 	var shared []string // keys of the hashes not in Ristretto
 	var sharedIdx []int
 	for i := range b.hashes {
-		b.hashes[i] = string(q.hash(i))
+		b.hashes[i] = string(q.Hash(i))
 		k := hashKey(chain, b.hashes[i])
 		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.tier != nil {
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
@@ -287,7 +288,7 @@ func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []b
 		}
 		g.hashes = append(g.hashes, h)
 		g.calls = append(g.calls, c)
-		if len(g.hashes) == maxHashes {
+		if len(g.hashes) == route.MaxHashes {
 			delete(b.open, chain)
 			go b.send(s, g)
 		}
@@ -317,7 +318,7 @@ func (b *batcher) dispatch(s *settings, g *batchGroup) {
 // unless no one needs it: every hash it asks has a copy to stand in.
 func (b *batcher) send(s *settings, g *batchGroup) {
 	p := b.p
-	r := &routes[routeTransactionMulti]
+	r := &route.Table[route.TransactionMulti]
 	finished := make([]bool, len(g.hashes))
 	finish := func(i int, records []byte, e *cache.Entry, err error) {
 		if finished[i] {
@@ -363,7 +364,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 	}
 	b.mu.Unlock()
 	var key strings.Builder
-	key.WriteString(r.path + "?chainShortName=" + g.chain + "&txId=")
+	key.WriteString(r.Path + "?chainShortName=" + g.chain + "&txId=")
 	for j, i := range ask {
 		if j > 0 {
 			key.WriteByte(',')
@@ -401,10 +402,10 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		recs := records[h]
 		class := cache.Negative
 		if len(recs) > 0 {
-			class = classifyCross(p, nil, wrapData(recs))
+			class = route.ClassifyCross(wrapData(recs))
 		}
 		e := cache.NewItem(hashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
-			classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+			route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 		e.Source = cache.SourceUpstream
 		p.cache.Set(e, now)
 		if p.tier != nil {

@@ -91,7 +91,7 @@ func BenchmarkHitCORS(b *testing.B) {
 func BenchmarkHitManyKeys(b *testing.B) {
 	h := newHarness(b)
 	h.get("/api/v5/chainx/block/block-list?chainShortName=chainx") // learn the finalized height
-	final := h.p.FinalHeight("CHAINX")
+	final := h.p.truth.Final("CHAINX")
 	var uris []string
 	for i := int64(0); i < 2000; i++ {
 		uris = append(uris,

@@ -34,7 +34,7 @@ func warmFinal(h *harness) string {
 	if r := h.get("/api/v5/chainx/block/block-list?chainShortName=chainx"); r.status != 200 {
 		h.t.Fatalf("block list: %d %s", r.status, r.body)
 	}
-	final := h.p.FinalHeight("CHAINX")
+	final := h.p.truth.Final("CHAINX")
 	if final < 10 {
 		h.t.Fatalf("finalized height %d", final)
 	}

@@ -25,7 +25,7 @@ import (
 func TestCacheHoldsThreeTimesTheAnswers(t *testing.T) {
 	h := newHarness(t, func(cfg *config.Config, _ *sim.Config) { cfg.Cache.MaxBytes = 8 << 20 })
 	h.get("/api/v5/chainx/block/block-list?chainShortName=chainx") // learn the finalized height
-	final := h.p.FinalHeight("CHAINX")
+	final := h.p.truth.Final("CHAINX")
 	const pages = 3000
 	var next, bodyBytes atomic.Int64
 	var wg sync.WaitGroup
@@ -67,7 +67,7 @@ func TestEveryRepresentationIsTheUpstreamsAnswer(t *testing.T) {
 		t.Run(fmt.Sprintf("identity_bytes=%d", copies), func(t *testing.T) {
 			h := newHarness(t, func(cfg *config.Config, _ *sim.Config) { cfg.Cache.IdentityBytes = copies })
 			h.get("/api/v5/chainx/block/block-list?chainShortName=chainx")
-			final := h.p.FinalHeight("CHAINX")
+			final := h.p.truth.Final("CHAINX")
 			cross := h.sim.CrossHashes("CHAINX", 6)
 			internal := h.sim.InternalTxHashes("CHAINX", 4)
 			targets := []string{

@@ -29,7 +29,7 @@ func TestFinalityAwareTTLs(t *testing.T) {
 	if r := h.get(list); r.status != 200 || maxAge(r) > 1 {
 		t.Fatalf("newest block page: %d max-age %d, want head TTL", r.status, maxAge(r))
 	}
-	final := h.p.FinalHeight("CHAINX")
+	final := h.p.truth.Final("CHAINX")
 	if final != h.sim.FinalizedHeight("CHAINX") {
 		t.Fatalf("edge final height %d, sim's %d", final, h.sim.FinalizedHeight("CHAINX"))
 	}
@@ -234,7 +234,7 @@ func TestPerHashBatches(t *testing.T) {
 		wg.Wait()
 		st := h.sim.Stats()
 		if st.Routes["transaction-multi"] != 1 || st.Routes["transaction-fills"] != 0 || st.Hashes["transaction-multi"] != 20 {
-			t.Fatalf("sim saw %v routes, %v hashes; want one 20-hash transaction-multi", st.Routes, st.Hashes)
+			t.Fatalf("sim saw %v route.Table, %v hashes; want one 20-hash transaction-multi", st.Routes, st.Hashes)
 		}
 	})
 

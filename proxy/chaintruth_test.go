@@ -116,7 +116,7 @@ func TestReorgDeeperThanThePageIsProbedToItsFork(t *testing.T) {
 		t.Fatalf("the chain moved from %d to %d only", start, head)
 	}
 	var old []string
-	for hh := head - depth - 5; hh <= h.p.FinalHeight("CHAINX"); hh++ {
+	for hh := head - depth - 5; hh <= h.p.truth.Final("CHAINX"); hh++ {
 		h.get(tx(hh))
 		old = append(old, tx(hh))
 	}
@@ -424,7 +424,7 @@ func TestFleetNodeLearnsFinalityFromRedis(t *testing.T) {
 		t.Fatalf("the second node's block list: %q, want it from Redis", r.header["Cache-Status"])
 	}
 	want := h.sim.FinalizedHeight("CHAINX")
-	if got := edges[1].p.FinalHeight("CHAINX"); got != want {
+	if got := edges[1].p.truth.Final("CHAINX"); got != want {
 		t.Fatalf("finalized height %d on the node that read the block list from Redis, want %d", got, want)
 	}
 	target := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", want-1)

@@ -11,6 +11,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -51,7 +52,7 @@ func TestXFFAcrossHeaderLines(t *testing.T) {
 func TestClientIP(t *testing.T) {
 	cfg := config.Default().Auth
 	cfg.TrustedProxies = []string{"127.0.0.1", "10.0.0.0/8", "::ffff:192.168.0.0/112", "2001:db8:ff::/48"}
-	a, err := newAdmission(cfg, metrics.New(RouteNames(), nil, nil))
+	a, err := newAdmission(cfg, metrics.New(route.Names(), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestAdmitBehindProxyAllocates(t *testing.T) {
 	cfg := config.Default().Auth
 	cfg.IPRate, cfg.IPBurst = 1e9, 1e9
 	cfg.TrustedProxies = []string{"127.0.0.1"}
-	a, err := newAdmission(cfg, metrics.New(RouteNames(), nil, nil))
+	a, err := newAdmission(cfg, metrics.New(route.Names(), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"explorer-edge/config"
+	"explorer-edge/proxy/route"
 	"fmt"
 	"io"
 	"strings"
@@ -35,7 +36,7 @@ func TestEveryRouteAnswersAsTheSimThenFromCache(t *testing.T) {
 	targets := h.targets()
 	// transaction-multi runs before transaction-fills, which asks one of its
 	// hashes: per-hash caching makes that a hit (docs/design.md, per-hash batches).
-	for _, name := range RouteNames() {
+	for _, name := range route.Names() {
 		target := targets[name]
 		t.Run(name, func(t *testing.T) {
 			want := h.simGet(strings.Replace(target, "txid=", "txId=", 1))

@@ -12,6 +12,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -74,7 +75,7 @@ const matrixTTL = 10 * time.Second
 const matrixNegative = time.Second
 
 func matrixConfig(c *config.Config, _ *sim.Config) {
-	for _, name := range RouteNames() {
+	for _, name := range route.Names() {
 		c.Cache.TTL[name] = config.PerClass{Head: matrixTTL, Final: matrixTTL, Volatile: matrixTTL, Negative: matrixNegative}
 	}
 	c.Cache.StaleWhileRevalidate = config.SameForAll(matrixTTL)
@@ -127,9 +128,9 @@ func (h *harness) reference() func(target string) []byte {
 
 // perHashRoute reports whether the route of that name is cached per hash.
 func perHashRoute(name string) bool {
-	for _, r := range routes {
-		if r.name == name {
-			return r.perHash
+	for _, r := range route.Table {
+		if r.Name == name {
+			return r.PerHash
 		}
 	}
 	panic("no route " + name)
@@ -149,7 +150,7 @@ func TestFaultMatrix(t *testing.T) {
 			h := newHarness(t, matrixConfig)
 			want := h.reference()
 			targets := matrixTargets(h.sim)
-			routes := RouteNames()
+			routes := route.Names()
 
 			// Fill expired keys first, stale ones after 2.5 TTLs, fresh ones
 			// after 4: then expired are 4 TTLs old, stale 1.5, fresh 0.

@@ -1,12 +1,15 @@
 package proxy
 
-import "context"
+import (
+	"context"
+	"explorer-edge/proxy/route"
+)
 
 // fetchReq is one question on its way to the upstream, made by the handler
 // from what it parsed and carried through the flight to the store: the miss
 // path parses nothing again.
 type fetchReq struct {
-	route  *route
+	route  *route.Route
 	key    string // canonical key, and the target sent upstream
 	chain  string
 	height int64    // -1 when the route takes none
@@ -34,13 +37,13 @@ type fetchReq struct {
 
 // request is q as a question for the upstream.
 func (q *query) request(haveStale, background bool) *fetchReq {
-	f := &fetchReq{route: q.route, key: string(q.key), chain: string(q.chain), height: q.height,
+	f := &fetchReq{route: q.Route, key: string(q.Key), chain: string(q.Chain), height: q.Height,
 		haveStale: haveStale, background: background, tenant: q.tenant, trace: q.trace,
-		headList: isHeadList(q.route.id, q.height, q.page)}
-	if q.nHashes > 0 {
-		f.hashes = make([]string, q.nHashes)
+		headList: isHeadList(q.Route.ID, q.Height, q.Page)}
+	if q.NHashes > 0 {
+		f.hashes = make([]string, q.NHashes)
 		for i := range f.hashes {
-			f.hashes[i] = string(q.hash(i))
+			f.hashes[i] = string(q.Hash(i))
 		}
 	}
 	return f
@@ -53,4 +56,13 @@ type upstreamAnswer struct {
 	code   string
 	body   []byte
 	behind int64 // a head page this many blocks behind the head seen, from the last account asked
+}
+
+// query is one request in the request core: its checked parameters and
+// what the response needs beside them. Queries are pooled (Proxy.queries).
+type query struct {
+	route.Params
+	scratch []byte          // header values of the response being written
+	tenant  *tenant         // who pays for the request's misses (fair.go)
+	trace   context.Context // the request's span; nil when tracing is off
 }

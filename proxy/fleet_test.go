@@ -24,6 +24,7 @@ import (
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -558,7 +559,7 @@ func TestFleetLockBounds(t *testing.T) {
 	node := func(cfg config.Config) (*fleet.Redis, *metrics.Metrics) {
 		c, _ := cache.New(cache.Config{MaxBytes: 1 << 20})
 		t.Cleanup(c.Close)
-		m := metrics.New(RouteNames(), cfg.Chains, c)
+		m := metrics.New(route.Names(), cfg.Chains, c)
 		m.RegisterShared()
 		r, err := fleet.New(fleetConfigOf(cfg), m, nil)
 		if err != nil {
@@ -641,7 +642,7 @@ func TestFleetStartsBeforeRedis(t *testing.T) {
 	cfg.Shared.RedisAddr = rdb.addr
 	c, _ := cache.New(cache.Config{MaxBytes: 1 << 20})
 	defer c.Close()
-	m := metrics.New(RouteNames(), cfg.Chains, c)
+	m := metrics.New(route.Names(), cfg.Chains, c)
 	m.RegisterShared()
 	r, err := fleet.New(fleetConfigOf(cfg), m, nil)
 	if err != nil {
@@ -793,7 +794,7 @@ func BenchmarkL2HitMulti(b *testing.B) {
 		b.Fatalf("warm: %d %s", r.status, r.body)
 	}
 	q := parseTarget(b, e.p, target)
-	whole := string(q.key) // the assembled answer is cached too
+	whole := string(q.Key) // the assembled answer is cached too
 	var ctx fasthttp.RequestCtx
 	ctx.Request.SetRequestURI(target)
 	ctx.Request.Header.SetMethod("GET")
@@ -803,8 +804,8 @@ func BenchmarkL2HitMulti(b *testing.B) {
 	for b.Loop() {
 		n++
 		e.cache.Del(whole)
-		for i := range q.nHashes {
-			e.cache.Del(hashKey(string(q.chain), string(q.hash(i))))
+		for i := range q.NHashes {
+			e.cache.Del(hashKey(string(q.Chain), string(q.Hash(i))))
 		}
 		ctx.Response.Reset()
 		e.p.Handle(&ctx)
@@ -824,7 +825,7 @@ func BenchmarkL2HitMulti(b *testing.B) {
 // cacheKey is the cache key p makes of target.
 func cacheKey(tb testing.TB, p *Proxy, target string) string {
 	tb.Helper()
-	return string(parseTarget(tb, p, target).key)
+	return string(parseTarget(tb, p, target).Key)
 }
 
 // parseTarget is target's parameters as p checks and normalizes them.
@@ -837,7 +838,7 @@ func parseTarget(tb testing.TB, p *Proxy, target string) *query {
 	var args fasthttp.Args
 	args.Parse(u.RawQuery)
 	q := new(query)
-	if err := q.parse(routeByPath([]byte(u.Path)), &args, p.settings.Load().chains); err != nil {
+	if err := q.Parse(route.ByPath([]byte(u.Path)), &args, p.settings.Load().chains); err != nil {
 		tb.Fatal(err)
 	}
 	return q

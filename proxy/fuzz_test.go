@@ -14,80 +14,15 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 var fuzzChains = []string{"CHAINX", "TRADE_ZONE"}
 
-// FuzzParams: every query either fails with an envelope naming one of the
-// route's parameters, or normalizes to a key that is a fixed point (parsing
-// the key again gives the key) and holds only the route's parameters.
-func FuzzParams(f *testing.F) {
-	for _, s := range []string{
-		"chainShortName=chainx&limit=20",
-		"chainShortName=%20CHAINX&height=0012&page=1",
-		"chainShortName=trade_zone&txId=0x" + strings.Repeat("a", 64) + ",0X" + strings.Repeat("B", 64),
-		"chainShortName=chainx&tokenContractAddress=0x" + strings.Repeat("1", 40) + "&holderAddress=",
-		"txid=0x12&chainShortName=chainx",
-		"chainShortName=chainx&protocolType=TOKEN_20&height=5",
-	} {
-		for i := range routes {
-			f.Add(uint8(i), s)
-		}
-	}
-	f.Fuzz(func(t *testing.T, ri uint8, raw string) {
-		r := &routes[int(ri)%len(routes)]
-		var args fasthttp.Args
-		args.Parse(raw)
-		var q query
-		err := q.parse(r, &args, fuzzChains)
-		if err != nil {
-			if err.Code != "50014" && err.Code != "50036" && err.Code != "50025" {
-				t.Fatalf("code %s for %q", err.Code, raw)
-			}
-			named := false
-			for _, p := range r.params {
-				if strings.Contains(err.Msg, p.name) {
-					named = true
-				}
-			}
-			if !named || err.Status != 400 {
-				t.Fatalf("error %+v names no parameter of %s", err, r.name)
-			}
-			return
-		}
-		key := append([]byte(nil), q.key...)
-		path, rawQuery, ok := bytes.Cut(key, []byte("?"))
-		if !ok || string(path) != r.path {
-			t.Fatalf("key %q", key)
-		}
-		var again fasthttp.Args
-		again.ParseBytes(rawQuery)
-		for k := range again.All() {
-			known := false
-			for _, p := range r.params {
-				known = known || p.name == string(k)
-			}
-			if !known {
-				t.Fatalf("key %q holds unknown parameter %q", key, k)
-			}
-		}
-		var q2 query
-		if err := q2.parse(r, &again, fuzzChains); err != nil || !bytes.Equal(q2.key, key) {
-			t.Fatalf("key %q is not a fixed point: %q, %v", key, q2.key, err)
-		}
-		for i := 0; i < q.nHashes; i++ {
-			h := q.hash(i)
-			if len(h) != 66 || !bytes.Equal(h, bytes.ToLower(h)) {
-				t.Fatalf("hash %q not normalized", h)
-			}
-		}
-	})
-}
-
 // FuzzVerify: no header set is accepted unless it carries the client's
 // exact signature of the request target; nothing panics.
 func FuzzVerify(f *testing.F) {
-	m := metrics.New(RouteNames(), fuzzChains, nopStats{})
+	m := metrics.New(route.Names(), fuzzChains, nopStats{})
 	a, err := newAdmission(config.Auth{Mode: "signed", MaxSkew: 30 * time.Second, Clients: []config.Client{
 		{Name: "web", APIKey: clientKey, SecretKey: clientSecret, Passphrase: clientPass}}}, m)
 	if err != nil {
@@ -152,12 +87,12 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer c.Close()
-	p, err := New(cfg, Options{Cache: c, Metrics: metrics.New(RouteNames(), cfg.Chains, c)})
+	p, err := New(cfg, Options{Cache: c, Metrics: metrics.New(route.Names(), cfg.Chains, c)})
 	if err != nil {
 		f.Fatal(err)
 	}
 	s := p.settings.Load()
-	raw := [numRoutes]string{
+	raw := [route.Count]string{
 		"chainShortName=chainx&tokenContractAddress=0x" + strings.Repeat("1", 40),
 		"chainShortName=chainx&height=100",
 		"chainShortName=chainx&height=100",
@@ -165,15 +100,15 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		"chainShortName=chainx&txid=" + fuzzAsked[0],
 		"chainShortName=chainx&txId=" + fuzzAsked[1],
 	}
-	var keys [numRoutes]string
-	for i := range routes {
+	var keys [route.Count]string
+	for i := range route.Table {
 		var args fasthttp.Args
 		args.Parse(raw[i])
 		var q query
-		if err := q.parse(&routes[i], &args, s.chains); err != nil {
-			f.Fatalf("%s: %v", routes[i].name, err)
+		if err := q.Parse(&route.Table[i], &args, s.chains); err != nil {
+			f.Fatalf("%s: %v", route.Table[i].Name, err)
 		}
-		keys[i] = string(q.key)
+		keys[i] = string(q.Key)
 	}
 	rec := func(id, status string) string {
 		return `{"id":"` + id + `","status":"` + status + `","fromChain":"CHAINX"}`
@@ -196,15 +131,15 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		`null`,
 	} {
 		f.Add(uint8(0), []byte(body))
-		f.Add(uint8(routeBlockList), []byte(body))
-		f.Add(uint8(routeTransactionMulti), []byte(body))
+		f.Add(uint8(route.BlockList), []byte(body))
+		f.Add(uint8(route.TransactionMulti), []byte(body))
 	}
 	// ri picks the route and, above the routes, the upstream's status.
 	statuses := []int{200, 400, 429, 500, 502, 503}
-	f.Add(uint8(numRoutes+routeBlockList), []byte(`{"code":"0","msg":"","data":[]}`)) // 400 with code "0"
+	f.Add(uint8(route.Count+route.BlockList), []byte(`{"code":"0","msg":"","data":[]}`)) // 400 with code "0"
 	f.Fuzz(func(t *testing.T, ri uint8, body []byte) {
-		r := &routes[int(ri)%len(routes)]
-		status := statuses[int(ri)/len(routes)%len(statuses)]
+		r := &route.Table[int(ri)%len(route.Table)]
+		status := statuses[int(ri)/len(route.Table)%len(statuses)]
 		code, codeErr := envelope.Code(body)
 		if codeErr == nil && code == "0" && !json.Valid(body) {
 			t.Fatalf("code 0 for invalid JSON %q", body)
@@ -213,7 +148,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		// store gets only answers it accepted, with their code.
 		if codeErr == nil {
 			var q query
-			q.parseKey(r, keys[r.id])
+			q.ParseKey(r, keys[r.ID])
 			a := p.store(s, q.request(false, false), p.clock(), upstreamAnswer{status: status, code: code, body: body})
 			switch {
 			case a.entry != nil && a.entry.Status == 0:
@@ -264,7 +199,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 				}
 			}
 			filed += len(objs)
-			classifyCross(p, nil, wrapData(recs))
+			route.ClassifyCross(wrapData(recs))
 		}
 		if n, ok := countData(body); ok && filed != n {
 			t.Fatalf("filed %d of %d records", filed, n)

@@ -18,6 +18,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 	"explorer-edge/tcpio"
@@ -142,7 +143,7 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 		t.Fatal(err)
 	}
 	h.cache = c
-	h.m = metrics.New(RouteNames(), h.cfg.Chains, c)
+	h.m = metrics.New(route.Names(), h.cfg.Chains, c)
 	o := Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Logger: h.log}
 	cleanup := func() {}
 	if extend != nil {

@@ -35,7 +35,7 @@ func cacheStatusTTL(t *testing.T, v string) int64 {
 func TestAgeAndMaxAgeAsRFC9111(t *testing.T) {
 	h := newHarness(t)
 	h.get("/api/v5/chainx/block/block-list?chainShortName=chainx") // learn the finalized height
-	done := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", h.p.FinalHeight("CHAINX")-1)
+	done := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", h.p.truth.Final("CHAINX")-1)
 	h.get(done)
 	h.clock.Advance(10 * time.Second)
 	r := h.get(done)

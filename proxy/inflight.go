@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"sync/atomic"
 	"time"
 
@@ -36,18 +37,18 @@ import (
 // refused like a fetch the budget refused (errBytes).
 type inflight struct {
 	large, small *semaphore.Weighted
-	capacity     int64                   // of both lanes
-	largeCap     int64                   // the most one fetch reserves
-	smallMax     int64                   // the most a fetch of the small lane reserves
-	floor        int64                   // the least a fetch reserves
-	weight       [numRoutes]atomic.Int64 // recent answer bytes per route
+	capacity     int64                     // of both lanes
+	largeCap     int64                     // the most one fetch reserves
+	smallMax     int64                     // the most a fetch of the small lane reserves
+	floor        int64                     // the least a fetch reserves
+	weight       [route.Count]atomic.Int64 // recent answer bytes per route
 }
 
 // reservation is what a fetch holds of one lane; the zero value holds
 // nothing.
 type reservation struct {
 	sem *semaphore.Weighted
-	id  routeID
+	id  route.ID
 	n   int64
 }
 
@@ -70,7 +71,7 @@ func newInflight(capacity int64) *inflight {
 
 // acquire reserves route id's weight, waiting at most wait; ok is false
 // when the wait ran out (at once for a wait of 0).
-func (f *inflight) acquire(id routeID, wait time.Duration) (r reservation, ok bool) {
+func (f *inflight) acquire(id route.ID, wait time.Duration) (r reservation, ok bool) {
 	w := max(f.weight[id].Load(), f.floor)
 	if w <= f.smallMax {
 		// Room in the large lane goes to a small fetch only while no large
@@ -87,7 +88,7 @@ func (f *inflight) acquire(id routeID, wait time.Duration) (r reservation, ok bo
 }
 
 // wait reserves n of sem, waiting at most d.
-func (f *inflight) wait(sem *semaphore.Weighted, id routeID, n int64, d time.Duration) (reservation, bool) {
+func (f *inflight) wait(sem *semaphore.Weighted, id route.ID, n int64, d time.Duration) (reservation, bool) {
 	if sem.TryAcquire(n) {
 		return reservation{sem, id, n}, true
 	}
@@ -137,7 +138,7 @@ func (p *Proxy) reserve(s *settings, f *fetchReq) (reservation, error) {
 	if f.haveStale || f.background {
 		wait = 0
 	}
-	r, ok := p.fetching.acquire(f.route.id, wait)
+	r, ok := p.fetching.acquire(f.route.ID, wait)
 	if !ok {
 		p.metrics.Throttled.WithLabelValues("bytes").Inc()
 		return r, errBytes.With(nil, 0)

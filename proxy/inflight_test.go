@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"explorer-edge/proxy/route"
 	"runtime"
 	"testing"
 	"time"
@@ -12,8 +13,8 @@ import (
 func TestInflightBoundsLargeAnswers(t *testing.T) {
 	const mb = 1 << 20
 	f := newInflight(32 << 20) // the default: an eighth of 256 MiB
-	big, small := routeTransactionList, routeBlockList
-	acquire := func(id routeID) reservation {
+	big, small := route.TransactionList, route.BlockList
+	acquire := func(id route.ID) reservation {
 		t.Helper()
 		r, ok := f.acquire(id, time.Minute)
 		if !ok {
@@ -73,7 +74,7 @@ func TestInflightBoundsLargeAnswers(t *testing.T) {
 // while no large one waits. The lanes add up to the capacity.
 func TestInflightSmallNeverBehindLarge(t *testing.T) {
 	f := newInflight(8 << 20) // max_bytes 64 MiB
-	big, small := routeTransactionList, routeBlockList
+	big, small := route.TransactionList, route.BlockList
 	r, _ := f.acquire(big, 0)
 	f.release(r, 7_500_000)
 	r, _ = f.acquire(small, 0)
@@ -152,7 +153,7 @@ func waitQueued(t *testing.T, f *inflight) {
 // not at all with a wait of 0 (a stale copy, a background refresh).
 func TestInflightWaitBounded(t *testing.T) {
 	f := newInflight(8 << 20)
-	big := routeTransactionList
+	big := route.TransactionList
 	r, _ := f.acquire(big, 0)
 	f.release(r, 7_500_000)
 	held, _ := f.acquire(big, 0)

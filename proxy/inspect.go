@@ -15,6 +15,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 // Looking inside a running edge, on the admin port and behind the purge
@@ -173,26 +174,26 @@ func (p *Proxy) serveInspectCache(ctx *fasthttp.RequestCtx) {
 		adminError(ctx, envelope.ErrURL)
 		return
 	}
-	r := routeByPath(u.Path())
+	r := route.ByPath(u.Path())
 	if r == nil {
-		adminError(ctx, envelope.Invalid("url", "path is none of the six routes ("+strings.Join(RouteNames(), ", ")+")"))
+		adminError(ctx, envelope.Invalid("url", "path is none of the six route.Table ("+strings.Join(route.Names(), ", ")+")"))
 		return
 	}
 	// The public path's parsing: a question it refuses is refused here
 	// with the same envelope, naming the parameter.
 	var q query
-	if e := q.parse(r, u.QueryArgs(), s.chains); e != nil {
+	if e := q.Parse(r, u.QueryArgs(), s.chains); e != nil {
 		adminError(ctx, e)
 		return
 	}
 	now := p.clock()
-	out := inspected{URL: string(raw), Key: string(q.key), Route: r.name, Chain: string(q.chain),
+	out := inspected{URL: string(raw), Key: string(q.Key), Route: r.Name, Chain: string(q.Chain),
 		At: now.UTC().Format(time.RFC3339Nano)}
 	out.inspectedKey = p.inspectKey(out.Key, now)
-	if r.perHash {
-		out.Parts = make([]inspectedPart, q.nHashes)
-		for i := range q.nHashes {
-			h := string(q.hash(i))
+	if r.PerHash {
+		out.Parts = make([]inspectedPart, q.NHashes)
+		for i := range q.NHashes {
+			h := string(q.Hash(i))
 			k := hashKey(out.Chain, h)
 			out.Parts[i] = inspectedPart{Hash: h, Key: k, inspectedKey: p.inspectKey(k, now)}
 			p.batch.mu.Lock()
@@ -238,8 +239,8 @@ func (p *Proxy) describeTags(t *cache.Tags) inspectedTag {
 	switch {
 	case t.Route == tagPerHash:
 		out.Route = "per-hash"
-	case t.Route > 0 && int(t.Route) <= int(numRoutes):
-		out.Route = routes[t.Route-1].name
+	case t.Route > 0 && int(t.Route) <= int(route.Count):
+		out.Route = route.Table[t.Route-1].Name
 	}
 	if t.Chain > 0 && int(t.Chain) <= len(p.chains) {
 		out.Chain = p.chains[t.Chain-1]

@@ -17,6 +17,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -166,7 +167,7 @@ func TestInspectCacheWholeKey(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/cache":                        `{"code":"50014","msg":"Parameter url cannot be empty","data":[]}`,
-		"/cache?url=%2Fapi%2Fv5%2Fnope": `Parameter url error: path is none of the six routes`,
+		"/cache?url=%2Fapi%2Fv5%2Fnope": `Parameter url error: path is none of the six route.Table`,
 	} {
 		if r := h.adminGet("GET", path, "Bearer "+testPurgeToken); r.status != 400 || !strings.Contains(string(r.body), want) {
 			t.Errorf("%s: %d %s, want 400 %s", path, r.status, r.body, want)
@@ -366,11 +367,11 @@ func TestTopSpaceSaving(t *testing.T) {
 	heavy := 0
 	for i := range 20000 {
 		if i%50 == 0 {
-			tk.count(long, routeBlockList, now)
+			tk.count(long, route.BlockList, now)
 			heavy++
 			continue
 		}
-		tk.count(fmt.Sprintf("/key/%d", i), routeTransactionList, now) // each once
+		tk.count(fmt.Sprintf("/key/%d", i), route.TransactionList, now) // each once
 	}
 	rep := tk.top(3, now)
 	if len(rep.Keys) != 3 || rep.Keys[0].Key != long || rep.Keys[0].Route != "block-list" {
@@ -387,7 +388,7 @@ func TestTopSpaceSaving(t *testing.T) {
 	if rep = tk.top(3, now+int64(time.Hour)); len(rep.Keys) != 0 || rep.Sampled != 0 {
 		t.Fatalf("an hour later: %+v", rep)
 	}
-	tk.count("/again", routeBlockList, now)
+	tk.count("/again", route.BlockList, now)
 	if rep = tk.top(3, now); len(rep.Keys) != 1 || rep.Keys[0].Requests != 1 {
 		t.Fatalf("clock back: %+v", rep)
 	}
@@ -462,7 +463,7 @@ func BenchmarkTopCountMissing(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		tk.count(keys[i%len(keys)], routeTransactionList, now)
+		tk.count(keys[i%len(keys)], route.TransactionList, now)
 	}
 }
 
@@ -608,7 +609,7 @@ func BenchmarkTopSampleCall(b *testing.B) {
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					tk.sample(key, routeBlockList, now)
+					tk.sample(key, route.BlockList, now)
 				}
 			})
 		})

@@ -12,6 +12,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/route"
 )
 
 // addrN is the n-th of many distinct IPv6 addresses, each in its own /64.
@@ -123,7 +124,7 @@ func TestIPv6PrefixSharesBucket(t *testing.T) {
 	}{{64, 1}, {128, 2}} {
 		cfg := config.Default().Auth
 		cfg.IPRate, cfg.IPBurst, cfg.IPv6Prefix = 0.001, 1, tc.bits
-		adm, err := newAdmission(cfg, metrics.New(RouteNames(), nil, nil))
+		adm, err := newAdmission(cfg, metrics.New(route.Names(), nil, nil))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"log/slog"
 	"sync"
 	"time"
@@ -68,7 +69,7 @@ func (p *Proxy) sampleWarn(k repeatKey) (ok bool, suppressed int64) {
 }
 
 // warnFailed logs a 5xx answer. Nothing is built for a line left out.
-func (p *Proxy) warnFailed(id routeID, e *envelope.Error) {
+func (p *Proxy) warnFailed(id route.ID, e *envelope.Error) {
 	route := id.String()
 	ok, suppressed := p.sampleWarn(repeatKey{"request failed", route, e.Code})
 	if !ok {

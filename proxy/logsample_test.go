@@ -12,6 +12,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -41,11 +42,11 @@ func TestFailureLogIsSampled(t *testing.T) {
 	logs := withLog(h)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 4000}, nil)
-	fail := func(id routeID, e *envelope.Error) {
+	fail := func(id route.ID, e *envelope.Error) {
 		h.p.fail(&ctx, id, time.Now(), e.With(errors.New("upstream answered 500"), 0))
 	}
 	for range answers {
-		fail(routeBlockList, envelope.ErrBadGateway) // the test clock stands still: one second
+		fail(route.BlockList, envelope.ErrBadGateway) // the test clock stands still: one second
 	}
 	lines, suppressed := failedLines(t, logs)
 	t.Logf("%d answers, %d lines, %d suppressed reported", answers, lines, suppressed)
@@ -54,15 +55,15 @@ func TestFailureLogIsSampled(t *testing.T) {
 	}
 
 	// Another route or code is another key: its first line goes out.
-	fail(routeTransactionMulti, envelope.ErrBadGateway)
-	fail(routeBlockList, envelope.ErrTimeout)
+	fail(route.TransactionMulti, envelope.ErrBadGateway)
+	fail(route.BlockList, envelope.ErrTimeout)
 	if lines, _ = failedLines(t, logs); lines != 3 {
 		t.Fatalf("%d lines after two new keys, want 3", lines)
 	}
 
 	// A second later the next failure is logged with the count left out.
 	h.clock.Advance(time.Second)
-	fail(routeBlockList, envelope.ErrBadGateway)
+	fail(route.BlockList, envelope.ErrBadGateway)
 	lines, suppressed = failedLines(t, logs)
 	if lines != 4 || suppressed != answers-1 {
 		t.Fatalf("after a second: %d lines reporting %d suppressed, want 4 and %d", lines, suppressed, answers-1)

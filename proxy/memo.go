@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"explorer-edge/proxy/route"
 	"hash/maphash"
 	"strings"
 	"sync/atomic"
@@ -32,7 +33,7 @@ const (
 type memoEntry struct {
 	raw   string // the request URI as sent
 	key   string // q.key after a successful parse of raw
-	route *route
+	route *route.Route
 }
 
 func newURIMemo() *uriMemo { return &uriMemo{seed: maphash.MakeSeed()} }
@@ -60,8 +61,8 @@ func (m *uriMemo) lookup(raw []byte) *memoEntry {
 
 // store remembers that raw parsed to key on route r. It takes the first
 // empty slot of the two, else the second.
-func (m *uriMemo) store(raw, key []byte, r *route) {
-	if len(raw) > memoMaxURI || len(key) > memoMaxURI || r.perHash {
+func (m *uriMemo) store(raw, key []byte, r *route.Route) {
+	if len(raw) > memoMaxURI || len(key) > memoMaxURI || r.PerHash {
 		return
 	}
 	// One allocation, read together. (string(raw) + string(key) is three

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"explorer-edge/proxy/route"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ import (
 // far more URIs than slots were stored and most were overwritten.
 func TestMemoNeverAnswersForAnotherURI(t *testing.T) {
 	m := newURIMemo()
-	r := routeByPath([]byte("/api/v5/chainx/block/block-list"))
+	r := route.ByPath([]byte("/api/v5/chainx/block/block-list"))
 	uri := func(i int) string {
 		return fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d", i)
 	}
@@ -45,7 +46,7 @@ func TestMemoNeverAnswersForAnotherURI(t *testing.T) {
 	if m.lookup([]byte(long)) != nil {
 		t.Fatal("a URI over memoMaxURI was remembered")
 	}
-	multi := routeByPath([]byte("/api/v5/chainx/tz/cross/transaction-multi"))
+	multi := route.ByPath([]byte("/api/v5/chainx/tz/cross/transaction-multi"))
 	m.store([]byte("/api/v5/chainx/tz/cross/transaction-multi?txId=ab"), []byte("k"), multi)
 	if m.lookup([]byte("/api/v5/chainx/tz/cross/transaction-multi?txId=ab")) != nil {
 		t.Fatal("a per-hash route was remembered")
@@ -121,7 +122,7 @@ func TestRememberingAURIAllocatesTwice(t *testing.T) {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	m := newURIMemo()
-	r := routeByPath([]byte("/api/v5/chainx/block/block-list"))
+	r := route.ByPath([]byte("/api/v5/chainx/block/block-list"))
 	raw := []byte("/api/v5/chainx/block/block-list?chainShortName=chainx&height=30198879&limit=17")
 	key := []byte("/api/v5/chainx/block/block-list?chainShortName=CHAINX&height=30198879&limit=17&page=1")
 	allocs := testing.AllocsPerRun(100, func() { m.store(raw, key, r) })

@@ -21,6 +21,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -130,7 +131,7 @@ func driveEveryResult(t *testing.T, h *harness) {
 	}
 	// miss, then hit, on every route (transaction-fills: its hash came
 	// with transaction-multi, so both are hits).
-	for _, name := range RouteNames() {
+	for _, name := range route.Names() {
 		h.get(targets[name])
 		expect(h.get(targets[name]), name+" again", "explorer-edge; hit; ttl=")
 	}
@@ -192,7 +193,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 	text := scrapeMetrics(t, admin)
 
 	fams := parseMetrics(t, text)
-	for _, route := range RouteNames() {
+	for _, route := range route.Names() {
 		if fams.value(t, "explorer_edge_requests_total", "route", route, "code", "0") == 0 {
 			t.Errorf("requests_total{route=%q,code=\"0\"} did not move", route)
 		}

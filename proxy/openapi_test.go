@@ -19,6 +19,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -245,9 +246,9 @@ func TestOpenAPIRoutes(t *testing.T) {
 	c := newContract(t, h)
 	targets := h.targets()
 	if len(targets) != len(c.doc.Paths.Map()) {
-		t.Errorf("%d routes asked, the file has %d paths", len(targets), len(c.doc.Paths.Map()))
+		t.Errorf("%d route.Table asked, the file has %d paths", len(targets), len(c.doc.Paths.Map()))
 	}
-	for _, name := range RouteNames() {
+	for _, name := range route.Names() {
 		target := targets[name]
 		t.Run(name, func(t *testing.T) {
 			c := *c

@@ -17,6 +17,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 // pool is the upstream accounts (upstream, then upstream.accounts in
@@ -300,7 +301,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 			return a, nil
 		}
 		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
-			u.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
+			u.m.Upstream(int(r.ID), metrics.OutcomeBreakerOpen, -1)
 			err = envelope.ErrBreakerOpen.With(err, int(cfg.BreakerOpenFor/time.Second)+1)
 			if attempt < cfg.Retries && pl.another(u) {
 				avoid = u
@@ -314,7 +315,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		// Another account may answer what this one would not: at once,
 		// with a token of its own.
 		if (retryable(err) || throttledByUpstream(err) || accountFault(err)) && pl.another(u) {
-			u.log.Debug("upstream retry on another account", "route", r.name, "account", u.name, "attempt", attempt+1, "err", err)
+			u.log.Debug("upstream retry on another account", "route", r.Name, "account", u.name, "attempt", attempt+1, "err", err)
 			avoid = u
 			continue
 		}
@@ -325,7 +326,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		if time.Now().Add(backoff).After(deadline) {
 			return upstreamAnswer{}, err
 		}
-		u.log.Debug("upstream retry", "route", r.name, "account", u.name, "attempt", attempt+1, "backoff", backoff, "err", err)
+		u.log.Debug("upstream retry", "route", r.Name, "account", u.name, "attempt", attempt+1, "backoff", backoff, "err", err)
 		avoid = nil
 		time.Sleep(backoff)
 	}
@@ -351,9 +352,9 @@ func (pl *pool) behind(u *upstream, f *fetchReq, a upstreamAnswer) int64 {
 
 // attempt makes one call of f on u through u's breaker, in a span of its
 // own.
-func (pl *pool) attempt(u *upstream, r *route, cfg *config.Upstream, f *fetchReq, attempt int, deadline time.Time) (upstreamAnswer, error) {
+func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fetchReq, attempt int, deadline time.Time) (upstreamAnswer, error) {
 	ac, as := pl.tr.span(f.trace, "upstream", attribute.String("account", u.name),
-		attribute.String("route", r.name), attribute.Int("attempt", attempt+1))
+		attribute.String("route", r.Name), attribute.Int("attempt", attempt+1))
 	if f.tenant != nil {
 		f.tenant.acct.Called()
 	}
@@ -396,7 +397,7 @@ func accountFault(err error) bool {
 
 // refusedWrongly notes that u refused a question (50014, 50025, 50036)
 // that other answered: u's failure, in its health and its breaker.
-func (u *upstream) refusedWrongly(r *route, other *upstream) {
+func (u *upstream) refusedWrongly(r *route.Route, other *upstream) {
 	u.health.fail()
 	u.breaker.Execute(func() (struct{}, error) { return struct{}{}, errRefusedWrongly })
 	if u.sample == nil {
@@ -404,7 +405,7 @@ func (u *upstream) refusedWrongly(r *route, other *upstream) {
 	}
 	if ok, suppressed := u.sample(repeatKey{msg: "upstream account refused a question another answered", route: u.name}); ok {
 		u.log.Warn("upstream account refused a question another answered", "account", u.name, "answered_by", other.name,
-			"route", r.name, "suppressed", suppressed)
+			"route", r.Name, "suppressed", suppressed)
 	}
 }
 
@@ -432,19 +433,19 @@ func throttledByUpstream(err error) bool {
 // take draws one token for an attempt of f from the best usable account,
 // or says why it may not go. Misses that must wait wait in the fair gate,
 // in turn with other clients' misses.
-func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstream) (*upstream, error) {
+func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *fetchReq, avoid *upstream) (*upstream, error) {
 	now := time.Now()
 	t := f.tenant
 	if until, ok := pl.lockedUntil(now); ok {
 		pl.m.Throttled.WithLabelValues("upstream").Inc()
-		pl.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
 		if t != nil {
 			t.acct.Refused(metrics.RefusedUpstream)
 		}
 		return nil, envelope.ErrThrottled.With(nil, ceilSeconds(until.Sub(now)))
 	}
 	if pl.breakerOpen() {
-		pl.m.Upstream(int(r.id), metrics.OutcomeBreakerOpen, -1)
+		pl.m.Upstream(int(r.ID), metrics.OutcomeBreakerOpen, -1)
 		return nil, envelope.ErrBreakerOpen.With(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
 	}
 	if t == nil {
@@ -464,7 +465,7 @@ func (pl *pool) take(r *route, cfg *config.Upstream, f *fetchReq, avoid *upstrea
 	}
 	if u == nil {
 		pl.m.Throttled.WithLabelValues("budget").Inc()
-		pl.m.Upstream(int(r.id), metrics.OutcomeBudgetExhausted, -1)
+		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
 		if f.tenant != nil {
 			f.tenant.acct.Refused(metrics.RefusedBudget)
 		}

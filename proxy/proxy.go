@@ -22,6 +22,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/truth"
 )
 
@@ -30,7 +31,7 @@ import (
 type settings struct {
 	cfg         config.Config
 	chains      []string // upper case
-	ttl         [numRoutes]cache.TTLs
+	ttl         [route.Count]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
 	auth        *admission
 	memo        *uriMemo    // what raw URIs parsed to under these settings
@@ -135,21 +136,23 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		u.sample = p.sampleWarn
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
-	p.queries.New = func() any { return &query{key: make([]byte, 0, 256), scratch: make([]byte, 0, 128)} }
+	p.queries.New = func() any {
+		return &query{Params: route.Params{Key: make([]byte, 0, 256)}, scratch: make([]byte, 0, 128)}
+	}
 	p.joinFleet()
 	return p, nil
 }
 
 func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
-	if err := CheckConfig(&cfg); err != nil {
+	if err := route.CheckConfig(&cfg); err != nil {
 		return nil, err
 	}
 	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: newCORS(cfg.CORS)}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
-	for i := range routes {
-		s.ttl[i] = routeTTLs(&routes[i], cfg.Cache.TTL)
+	for i := range route.Table {
+		s.ttl[i] = route.TTLs(&route.Table[i], cfg.Cache.TTL)
 	}
 	var err error
 	if s.purgeToken, err = purgeTokenOf(cfg.Admin); err != nil {
@@ -268,11 +271,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	s := p.settings.Load()
 	uri := ctx.Request.Header.RequestURI()
 	m := s.memo.lookup(uri)
-	var r *route
+	var r *route.Route
 	if m != nil {
 		r = m.route
-	} else if r = routeByPath(ctx.Path()); r == nil {
-		p.fail(ctx, routeUnknown, start, envelope.ErrNotFound)
+	} else if r = route.ByPath(ctx.Path()); r == nil {
+		p.fail(ctx, route.Unknown, start, envelope.ErrNotFound)
 		return nil
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
@@ -280,19 +283,19 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 		// per-IP limit like any request.
 		if s.cors != nil && ctx.IsOptions() {
 			if err := s.auth.admitIP(ctx, start); err != nil {
-				p.fail(ctx, r.id, start, err)
+				p.fail(ctx, r.ID, start, err)
 				return nil
 			}
 			if s.cors.preflight(ctx) {
-				p.metrics.Request(int(r.id), 0, time.Since(start).Seconds())
+				p.metrics.Request(int(r.ID), 0, time.Since(start).Seconds())
 				return nil
 			}
 		}
-		p.fail(ctx, r.id, start, envelope.ErrMethod)
+		p.fail(ctx, r.ID, start, envelope.ErrMethod)
 		return nil
 	}
 	if len(uri) > s.cfg.Server.MaxURLBytes {
-		p.fail(ctx, r.id, start, envelope.ErrURL)
+		p.fail(ctx, r.ID, start, envelope.ErrURL)
 		return nil
 	}
 	// Auth comes before the cache: a cached answer is never given to a
@@ -300,7 +303,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	c, err := s.auth.admit(ctx, start)
 	s.auth.setVerified(ctx, c)
 	if err != nil {
-		p.fail(ctx, r.id, start, err)
+		p.fail(ctx, r.ID, start, err)
 		return c
 	}
 	q := p.queries.Get().(*query)
@@ -310,12 +313,12 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	if m != nil && p.serveFresh(ctx, q, m, start) {
 		return c
 	}
-	if err := q.parse(r, ctx.QueryArgs(), s.chains); err != nil {
-		p.fail(ctx, r.id, start, err)
+	if err := q.Parse(r, ctx.QueryArgs(), s.chains); err != nil {
+		p.fail(ctx, r.ID, start, err)
 		return c
 	}
 	if m == nil {
-		s.memo.store(uri, q.key, r)
+		s.memo.store(uri, q.Key, r)
 	}
 	p.serve(ctx, s, q, start)
 	return c
@@ -333,33 +336,33 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 	if q.trace != nil {
 		p.traceCache(q.trace, []byte(m.key), state, start)
 	}
-	p.top.sample(m.key, m.route.id, now.UnixNano())
+	p.top.sample(m.key, m.route.ID, now.UnixNano())
 	p.writeEntry(ctx, q, e, now, statusHit)
-	p.served(ctx, m.route.id, e, metrics.ResultHit, start)
+	p.served(ctx, m.route.ID, e, metrics.ResultHit, start)
 	return true
 }
 
 // serve answers a valid request from cache or upstream.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
 	now := p.judgedAt(start)
-	p.top.sampleBytes(q.key, q.route.id, now.UnixNano())
-	e := p.cache.Get(q.key)
+	p.top.sampleBytes(q.Key, q.Route.ID, now.UnixNano())
+	e := p.cache.Get(q.Key)
 	state := e.StateAt(now.UnixNano())
 	if q.trace != nil {
-		p.traceCache(q.trace, q.key, state, start)
+		p.traceCache(q.trace, q.Key, state, start)
 	}
 	switch state {
 	case cache.Fresh:
 		p.writeEntry(ctx, q, e, now, statusHit)
-		p.served(ctx, q.route.id, e, metrics.ResultHit, start)
+		p.served(ctx, q.Route.ID, e, metrics.ResultHit, start)
 		return
 	case cache.Stale:
 		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
-		p.done(ctx, q.route.id, metrics.ResultStale, start)
+		p.done(ctx, q.Route.ID, metrics.ResultStale, start)
 		p.refresh(s, q)
 		return
 	}
-	if q.route.perHash {
+	if q.Route.PerHash {
 		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
@@ -370,7 +373,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 // answer writes the outcome of a load: the fetched entry, a passed-through
 // upstream envelope, a stale copy standing in for a failure, or the error.
 func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
-	id := q.route.id
+	id := q.Route.ID
 	now := p.clock()
 	if a != nil {
 		p.noteUpstream(ctx, s, a.upstream)
@@ -444,14 +447,14 @@ func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry
 	answered := errors.As(err, &e) && e.Answered
 	if !answered && old.UsableOnError(now.UnixNano()) {
 		p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
-		p.done(ctx, q.route.id, metrics.ResultStaleError, start)
+		p.done(ctx, q.Route.ID, metrics.ResultStaleError, start)
 		return
 	}
-	p.fail(ctx, q.route.id, start, err)
+	p.fail(ctx, q.Route.ID, start, err)
 }
 
 // done records a request answered with an envelope of code "0".
-func (p *Proxy) done(ctx *fasthttp.RequestCtx, id routeID, result int, start time.Time) {
+func (p *Proxy) done(ctx *fasthttp.RequestCtx, id route.ID, result int, start time.Time) {
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), 0, time.Since(start).Seconds())
 	p.access(ctx, id, result, "0", start)
@@ -596,8 +599,8 @@ func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnsw
 		}
 		return &answer{status: up.status, code: up.code, body: body}
 	}
-	class := r.classify(p, f, body)
-	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), classWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+	class := r.Classify(route.Question{Height: f.height, Hashes: f.hashes, Final: p.truth.Final(f.chain)}, body)
+	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	e.Source = cache.SourceUpstream
 	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
 	if up.behind > 0 {
@@ -614,11 +617,11 @@ func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnsw
 }
 
 // ttlFor is the fresh time of an answer of class c on route r.
-func (p *Proxy) ttlFor(s *settings, r *route, c cache.Class) time.Duration {
+func (p *Proxy) ttlFor(s *settings, r *route.Route, c cache.Class) time.Duration {
 	if s.routePolicy {
-		return s.ttl[r.id].Shortest()
+		return s.ttl[r.ID].Shortest()
 	}
-	return s.ttl[r.id].For(c)
+	return s.ttl[r.ID].For(c)
 }
 
 // refresh fetches a stale key in the background, once however many requests
@@ -630,7 +633,7 @@ func (p *Proxy) refresh(s *settings, q *query) {
 	f := q.request(true, true)
 	p.background([]string{f.key}, func([]string) {
 		if _, _, err := p.load(s, f); err != nil {
-			p.log.Debug("background refresh failed", "route", f.route.name, "err", err)
+			p.log.Debug("background refresh failed", "route", f.route.Name, "err", err)
 		}
 	})
 }

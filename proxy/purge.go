@@ -14,6 +14,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 // POST /purge on the admin port (docs/purge.md): the operator
@@ -199,18 +200,18 @@ func (p *Proxy) selectURL(sel *selector, req *purgeRequest, s *settings) *envelo
 	if err := u.Parse(nil, []byte(strings.TrimSpace(req.URL))); err != nil {
 		return envelope.Invalid("url", "not a request URI")
 	}
-	r := routeByPath(u.Path())
+	r := route.ByPath(u.Path())
 	if r == nil {
-		return envelope.Invalid("url", "path is none of the six routes")
+		return envelope.Invalid("url", "path is none of the six route.Table")
 	}
 	var q query
-	if e := q.parse(r, u.QueryArgs(), s.chains); e != nil {
+	if e := q.Parse(r, u.QueryArgs(), s.chains); e != nil {
 		return envelope.Invalid("url", e.Msg)
 	}
-	sel.keys = []string{string(q.key)}
-	if r.perHash {
-		for i := range q.nHashes {
-			sel.keys = append(sel.keys, hashKey(string(q.chain), string(q.hash(i))))
+	sel.keys = []string{string(q.Key)}
+	if r.PerHash {
+		for i := range q.NHashes {
+			sel.keys = append(sel.keys, hashKey(string(q.Chain), string(q.Hash(i))))
 		}
 	}
 	req.URL = sel.keys[0]
@@ -223,7 +224,7 @@ func (p *Proxy) chainOf(name, field string, s *settings) (string, uint8, *envelo
 	if strings.TrimSpace(name) == "" {
 		return "", 0, envelope.Missing(field)
 	}
-	c, err := appendChain(nil, bytes.TrimSpace([]byte(name)), s.chains, field)
+	c, err := route.AppendChain(nil, bytes.TrimSpace([]byte(name)), s.chains, field)
 	if err != nil {
 		return "", 0, err
 	}
@@ -232,7 +233,7 @@ func (p *Proxy) chainOf(name, field string, s *settings) (string, uint8, *envelo
 
 func (p *Proxy) selectHash(sel *selector, req *purgeRequest, s *settings) *envelope.Error {
 	sel.kind = purgeHash
-	h, err := appendHex(nil, bytes.TrimSpace([]byte(req.Hash)), 64, "hash")
+	h, err := route.AppendHex(nil, bytes.TrimSpace([]byte(req.Hash)), 64, "hash")
 	if err != nil {
 		return err
 	}
@@ -306,13 +307,13 @@ func (p *Proxy) selectRoute(sel *selector, req *purgeRequest, s *settings) *enve
 	if name == "" {
 		return envelope.Missing("route")
 	}
-	i := slices.Index(RouteNames(), name)
+	i := slices.Index(route.Names(), name)
 	if i < 0 {
-		return envelope.Invalid("route", "not one of "+strings.Join(RouteNames(), ", "))
+		return envelope.Invalid("route", "not one of "+strings.Join(route.Names(), ", "))
 	}
-	r := &routes[i]
+	r := &route.Table[i]
 	sel.routes = 1 << routeTag(r)
-	if r.perHash {
+	if r.PerHash {
 		sel.routes |= 1 << tagPerHash
 	}
 	if req.Chain != "" {

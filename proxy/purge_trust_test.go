@@ -17,6 +17,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -375,7 +376,7 @@ func TestFleetPurgeAppliedOnce(t *testing.T) {
 // a per-hash route with its 20 hashes and every parameter.
 func TestFleetPurgeRecordBoundFitsTheLongestPurge(t *testing.T) {
 	h := newHarness(t, withPurgeToken)
-	hashes := make([]string, maxHashes)
+	hashes := make([]string, route.MaxHashes)
 	for i := range hashes {
 		hashes[i] = fmt.Sprintf("0x%064x", i+1)
 	}

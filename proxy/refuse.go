@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"net"
 	"strconv"
 	"time"
@@ -65,9 +66,9 @@ func framingError(h *fasthttp.RequestHeader) *envelope.Error {
 // refuseFraming answers a request framingError refuses and closes the
 // connection: whatever follows on it cannot be trusted to be a request.
 func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *envelope.Error) {
-	id := routeUnknown
-	if r := routeByPath(ctx.Path()); r != nil {
-		id = r.id
+	id := route.Unknown
+	if r := route.ByPath(ctx.Path()); r != nil {
+		id = r.ID
 	}
 	p.fail(ctx, id, start, e)
 	ctx.SetConnectionClose()
@@ -84,7 +85,7 @@ func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, start time.Time, e *enve
 // shown.
 func (p *Proxy) unreadable(headersTooLarge *envelope.Error) func(*fasthttp.RequestCtx, error) {
 	return func(ctx *fasthttp.RequestCtx, err error) {
-		p.fail(ctx, routeUnknown, time.Now(), unreadableError(err, headersTooLarge))
+		p.fail(ctx, route.Unknown, time.Now(), unreadableError(err, headersTooLarge))
 	}
 }
 

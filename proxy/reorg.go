@@ -7,6 +7,7 @@ import (
 	"github.com/buger/jsonparser"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/truth"
 )
 
@@ -29,10 +30,10 @@ import (
 // chainBlocks reads the blocks an answer of route r shows: every row of a
 // block list; the block of a transaction list (its rows' blockHash). nil
 // for other routes.
-func chainBlocks(r routeID, height int64, body []byte) []truth.Block {
+func chainBlocks(r route.ID, height int64, body []byte) []truth.Block {
 	var out []truth.Block
 	switch r {
-	case routeBlockList:
+	case route.BlockList:
 		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
 			s, _ := jsonparser.GetString(row, "height")
 			h, err := strconv.ParseInt(s, 10, 64)
@@ -43,7 +44,7 @@ func chainBlocks(r routeID, height int64, body []byte) []truth.Block {
 			state, _ := jsonparser.GetString(row, "state")
 			out = append(out, truth.Block{Height: h, Hash: hash, Done: state == "done"})
 		}, "data", "[0]", "blockList")
-	case routeTransactionList:
+	case route.TransactionList:
 		if height < 0 {
 			return nil
 		}
@@ -61,15 +62,15 @@ func chainBlocks(r routeID, height int64, body []byte) []truth.Block {
 
 // isHeadList reports whether q asks the chain's newest block page: a block
 // list without a height, its first page.
-func isHeadList(r routeID, height, page int64) bool {
-	return r == routeBlockList && height < 0 && page <= 1
+func isHeadList(r route.ID, height, page int64) bool {
+	return r == route.BlockList && height < 0 && page <= 1
 }
 
 // observe feeds chain truth with the blocks of an answer to f asked at
 // asked (unix ns) and acts on the verdict. It returns how many blocks a
 // head list is behind the newest head seen (0: current).
 func (p *Proxy) observe(f *fetchReq, body []byte, asked int64) (behind int64) {
-	blocks := chainBlocks(f.route.id, f.height, body)
+	blocks := chainBlocks(f.route.ID, f.height, body)
 	if len(blocks) == 0 {
 		return 0
 	}
@@ -88,7 +89,7 @@ func (p *Proxy) observe(f *fetchReq, body []byte, asked int64) (behind int64) {
 // observeEntry is observe for an entry read from the shared tier: another
 // node's answer, as old as its Stored time.
 func (p *Proxy) observeEntry(f *fetchReq, e *cache.Entry) (behind int64) {
-	if f.route.id != routeBlockList && f.route.id != routeTransactionList {
+	if f.route.ID != route.BlockList && f.route.ID != route.TransactionList {
 		return 0
 	}
 	e.WithIdentity(func(body []byte) error {
@@ -112,8 +113,8 @@ func (p *Proxy) probe(f *fetchReq, below int64) {
 		p.giveUp(f.chain)
 		return
 	}
-	r := &routes[routeBlockList]
-	key := r.path + "?chainShortName=" + f.chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
+	r := &route.Table[route.BlockList]
+	key := r.Path + "?chainShortName=" + f.chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
 	g := &fetchReq{route: r, key: key, chain: f.chain, height: below, background: true, tenant: f.tenant}
 	s := p.settings.Load()
 	p.background([]string{"probe|" + f.chain}, func([]string) {

@@ -35,7 +35,7 @@ func TestReorgIsHandled(t *testing.T) {
 			blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 			h.get(blocks) // the finalized height and the hashes of the newest 20 blocks
 			head := h.sim.Head("CHAINX")
-			if f := h.p.FinalHeight("CHAINX"); f != head-pending {
+			if f := h.p.truth.Final("CHAINX"); f != head-pending {
 				t.Fatalf("final height %d, head %d", f, head)
 			}
 			tx := func(height int64) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"net/url"
 	"strings"
 	"sync"
@@ -53,8 +54,8 @@ func (p *Proxy) SelfCheck(ctx context.Context) error { return p.selfCheck(ctx, f
 // failedOnly.
 func (p *Proxy) selfCheck(ctx context.Context, failedOnly bool) error {
 	s := p.settings.Load()
-	r := &routes[routeBlockList]
-	target := r.path + "?chainShortName=" + url.QueryEscape(s.chains[0]) + "&limit=1"
+	r := &route.Table[route.BlockList]
+	target := r.Path + "?chainShortName=" + url.QueryEscape(s.chains[0]) + "&limit=1"
 	errs := make([]error, len(p.up.accts))
 	var wg sync.WaitGroup
 	for i, u := range p.up.accts {
@@ -85,7 +86,7 @@ func (p *Proxy) selfCheck(ctx context.Context, failedOnly bool) error {
 }
 
 // checkAccount asks u target once and records the result on u.
-func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route, target string) error {
+func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route.Route, target string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -358,8 +359,8 @@ func TestClientCannotSteerTheUpstream(t *testing.T) {
 	}
 	for _, got := range h.rec.all() {
 		ok := false
-		for _, r := range routes {
-			if strings.HasPrefix(got, r.path+"?chainShortName=") {
+		for _, r := range route.Table {
+			if strings.HasPrefix(got, r.Path+"?chainShortName=") {
 				ok = true
 			}
 		}

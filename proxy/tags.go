@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"github.com/valyala/fasthttp"
-
 	"strconv"
 	"strings"
 
@@ -10,6 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/route"
 )
 
 // An entry's tags are what a purge selects it by (cache/tags.go): its
@@ -19,10 +18,10 @@ import (
 
 // tagPerHash is the route tag of per-hash entries (hash|CHAIN|0x..), which
 // both per-hash routes answer from.
-const tagPerHash = uint8(numRoutes) + 1
+const tagPerHash = uint8(route.Count) + 1
 
 // routeTag is the route tag of r's whole-key answers.
-func routeTag(r *route) uint8 { return uint8(r.id) + 1 }
+func routeTag(r *route.Route) uint8 { return uint8(r.ID) + 1 }
 
 // hashDigest is the tag of a hash, in canonical (lower) case.
 func hashDigest(h string) uint64 { return xxhash.Sum64String(strings.ToLower(h)) }
@@ -48,32 +47,32 @@ func (p *Proxy) tagEntry(e *cache.Entry, body []byte) cache.Tags {
 		return t
 	}
 	path, _, _ := strings.Cut(e.Key, "?")
-	r := routeByPath([]byte(path))
+	r := route.ByPath([]byte(path))
 	if r == nil {
 		return t
 	}
 	var q query
-	q.parseKey(r, e.Key)
-	t.Route, t.Chain = routeTag(r), p.chainTag(string(q.chain))
-	if q.nHashes > 0 {
-		t.Hashes = make([]uint64, q.nHashes)
-		for i := range q.nHashes {
-			t.Hashes[i] = hashDigest(string(q.hash(i)))
+	q.ParseKey(r, e.Key)
+	t.Route, t.Chain = routeTag(r), p.chainTag(string(q.Chain))
+	if q.NHashes > 0 {
+		t.Hashes = make([]uint64, q.NHashes)
+		for i := range q.NHashes {
+			t.Hashes[i] = hashDigest(string(q.Hash(i)))
 		}
 	}
-	switch r.id {
-	case routeBlockList:
+	switch r.ID {
+	case route.BlockList:
 		rowHeights(&t, body, "height", "data", "[0]", "blockList")
-	case routeTransactionList:
-		if q.height >= 0 {
-			widen(&t, q.height)
+	case route.TransactionList:
+		if q.Height >= 0 {
+			widen(&t, q.Height)
 		}
-	case routeInternalTransactionMulti:
+	case route.InternalTransactionMulti:
 		// The spec names the list both ways; explorer-sim uses transactionList.
 		if !rowHeights(&t, body, "height", "data", "[0]", "transactionList") {
 			rowHeights(&t, body, "height", "data", "[0]", "internalTransactionDetails")
 		}
-	case routeTransactionMulti, routeTransactionFills:
+	case route.TransactionMulti, route.TransactionFills:
 		crossHeights(&t, body)
 	}
 	return t
@@ -108,19 +107,4 @@ func widen(t *cache.Tags, h int64) {
 		return
 	}
 	t.Lo, t.Hi = min(t.Lo, h), max(t.Hi, h+1)
-}
-
-// parseKey rebuilds the parsed query of a canonical key. The tagger needs
-// it: the cache tags every entry it stores, from whatever source (a fetch,
-// the shared tier, an assembled batch), and has only the entry.
-func (q *query) parseKey(r *route, key string) {
-	var args fasthttp.Args
-	if _, query, ok := strings.Cut(key, "?"); ok {
-		args.Parse(query)
-	}
-	var chains []string
-	if c := args.Peek("chainShortName"); c != nil {
-		chains = []string{string(c)}
-	}
-	q.parse(r, &args, chains)
 }

@@ -7,6 +7,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 // Tier is the shared second cache tier of fleet mode (docs/fleet.md).
@@ -82,22 +83,22 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 	if e.Size > s.cfg.Upstream.MaxResponseBytes || e.Status != 0 {
 		return "size or status"
 	}
-	var r *route
+	var r *route.Route
 	if strings.HasPrefix(e.Key, "hash|") {
 		if e.Gzip != nil { // items are held as is (cache.NewItem): batches read them
 			return "compressed records"
 		}
-		r = &routes[routeTransactionMulti]
+		r = &route.Table[route.TransactionMulti]
 	} else {
 		path, _, _ := strings.Cut(e.Key, "?")
-		if r = routeByPath([]byte(path)); r == nil {
+		if r = route.ByPath([]byte(path)); r == nil {
 			return "no route"
 		}
 	}
 	now := p.clock().UnixNano()
 	e.Stored = min(e.Stored, now)
 	e.Fresh = min(e.Fresh, e.Stored+int64(p.ttlFor(s, r, e.Class)))
-	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(classWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
+	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
 	e.StaleIfError = min(e.StaleIfError, int64(s.cfg.Cache.StaleIfError))
 	why := ""
 	err := e.WithIdentity(func(body []byte) error {

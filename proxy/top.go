@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"explorer-edge/proxy/route"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -50,7 +51,7 @@ type topKeys struct {
 
 type topSlot struct {
 	key   []byte
-	route routeID
+	route route.ID
 	count uint64 // sampled requests, halved each minute; over by at most err
 	err   uint64
 }
@@ -80,7 +81,7 @@ func (t *topKeys) setEvery(every int) {
 }
 
 // sample counts key, asked at now (unix ns), in one request of every.
-func (t *topKeys) sample(key string, r routeID, now int64) {
+func (t *topKeys) sample(key string, r route.ID, now int64) {
 	if th := t.threshold.Load(); th == 0 || rand.Uint64() > th {
 		return
 	}
@@ -88,14 +89,14 @@ func (t *topKeys) sample(key string, r routeID, now int64) {
 }
 
 // sampleBytes is sample of a key held in a reused buffer (copied if kept).
-func (t *topKeys) sampleBytes(key []byte, r routeID, now int64) {
+func (t *topKeys) sampleBytes(key []byte, r route.ID, now int64) {
 	if th := t.threshold.Load(); th == 0 || rand.Uint64() > th {
 		return
 	}
 	t.count(unsafe.String(unsafe.SliceData(key), len(key)), r, now)
 }
 
-func (t *topKeys) count(key string, r routeID, now int64) {
+func (t *topKeys) count(key string, r route.ID, now int64) {
 	d := xxhash.Sum64String(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 )
 
@@ -169,7 +170,7 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(tc context.Context, r *route, target string, timeout time.Duration) (upstreamAnswer, error) {
+func (u *upstream) call(tc context.Context, r *route.Route, target string, timeout time.Duration) (upstreamAnswer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -204,7 +205,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 			outcome = metrics.OutcomeTooLarge
 		}
 		u.record(r, outcome, took, true)
-		u.log.Warn("upstream call", "account", u.name, "route", r.name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e
 	}
 	status := resp.StatusCode()
@@ -215,7 +216,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 			outcome, e = metrics.OutcomeTooLarge, envelope.ErrTooLarge
 		}
 		u.record(r, outcome, took, true)
-		u.log.Warn("upstream call", "account", u.name, "route", r.name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
 		return upstreamAnswer{}, e.With(err, 0)
 	}
 	code, _ := envelope.Code(body)
@@ -257,7 +258,7 @@ func (u *upstream) call(tc context.Context, r *route, target string, timeout tim
 	if result != nil {
 		level = slog.LevelWarn
 	}
-	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.name, "status", status, "code", code,
+	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.Name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
 	a := upstreamAnswer{status: status, code: code, body: body}
 	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
@@ -352,8 +353,8 @@ func (u *upstream) setRate(rate float64, burst int) {
 
 // record counts an attempt's outcome on the route's and the account's
 // series and, failed or not, in the account's health.
-func (u *upstream) record(r *route, outcome int, took time.Duration, failed bool) {
-	u.m.Upstream(int(r.id), outcome, took.Seconds())
+func (u *upstream) record(r *route.Route, outcome int, took time.Duration, failed bool) {
+	u.m.Upstream(int(r.ID), outcome, took.Seconds())
 	u.m.AccountCall(u.name, outcome)
 	u.health.observe(took, failed)
 }

@@ -19,6 +19,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -409,7 +410,7 @@ func TestUpstreamRefusalIsCachedNegative(t *testing.T) {
 	}
 
 	// Past the negative time the question is asked again.
-	h.clock.Advance(routeTTLs(&routes[routeBlockList], h.cfg.Cache.TTL).Shortest())
+	h.clock.Advance(route.TTLs(&route.Table[route.BlockList], h.cfg.Cache.TTL).Shortest())
 	before := h.upstreamCalls() // the direct ask counted too
 	if r := h.get(target); r.status != status || h.upstreamCalls()-before != 1 {
 		t.Errorf("past the negative time: %d and %d upstream calls, want %d and 1", r.status, h.upstreamCalls()-before, status)

@@ -10,6 +10,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/route"
 )
 
 var (
@@ -244,7 +245,7 @@ func etagMatch(inm, etag []byte) bool {
 }
 
 // fail writes err as an envelope. Every error goes through here.
-func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id routeID, start time.Time, err error) {
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id route.ID, start time.Time, err error) {
 	var e *envelope.Error
 	if !errors.As(err, &e) {
 		e = envelope.ErrBadGateway.With(err, 0)

@@ -30,6 +30,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -122,7 +123,7 @@ func replay(policy string, n int, step time.Duration, seed uint64) (result, erro
 		return result{}, err
 	}
 	defer c.Close()
-	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
+	m := metrics.New(route.Names(), cfg.Chains, c)
 	p, err := proxy.New(cfg, proxy.Options{Cache: c, Metrics: m, Now: clk.Now})
 	if err != nil {
 		return result{}, err

@@ -14,6 +14,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -52,7 +53,7 @@ func zipfReplay(n, keys int, maxBytes int64, gzipShare float64, seed uint64, dea
 		return zipfResult{}, err
 	}
 	defer c.Close()
-	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
+	m := metrics.New(route.Names(), cfg.Chains, c)
 	p, err := proxy.New(cfg, proxy.Options{Cache: c, Metrics: m, Now: clk})
 	if err != nil {
 		return zipfResult{}, err

@@ -29,6 +29,7 @@ import (
 	"explorer-edge/fleet"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
+	"explorer-edge/proxy/route"
 )
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -137,7 +138,7 @@ func ignoredLine(cfg *config.Config) string {
 // every problem, one a line. On error the Config holds what could be read
 // (its log settings say how to report the error).
 func loadConfig(path string) (config.Config, error) {
-	return config.Check(path, proxy.CheckConfig)
+	return config.Check(path, route.CheckConfig)
 }
 
 // newLogger writes JSON lines (or text) at the level held by level, which a
@@ -188,7 +189,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		return err
 	}
 	defer c.Close()
-	m := metrics.New(proxy.RouteNames(), cfg.Chains, c)
+	m := metrics.New(route.Names(), cfg.Chains, c)
 	m.BuildInfo(buildInfo())
 	if b := memoryBound(cfg.Cache.MaxBytes); b > 0 {
 		m.MemoryBound(b)

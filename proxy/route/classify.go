@@ -1,4 +1,4 @@
-package proxy
+package route
 
 import (
 	"strconv"
@@ -9,26 +9,32 @@ import (
 	"explorer-edge/cache"
 )
 
+// Question is what a classifier knows of the question an answer is to:
+// its height (-1: none), its hashes, and the chain's finalized height when
+// the answer arrived.
+type Question struct {
+	Height int64
+	Hashes []string
+	Final  int64
+}
+
 // These read upstream answers with jsonparser, a zero-copy scanner that
 // touches only the fields asked for. They run once per upstream answer,
 // never on a hit.
 
-func classifyVolatile(*Proxy, *fetchReq, []byte) cache.Class { return cache.Volatile }
+func classifyVolatile(Question, []byte) cache.Class { return cache.Volatile }
 
 // classifyBlockList: every block list is head. Its blocks, once done, never
 // change, but its totalPage and the reachable window (the newest 10000
 // blocks) move with every block, also for a page asked at a height, so no
 // block-list answer is final. (Its blocks feed chain truth before it is
 // classified: reorg.go.)
-func classifyBlockList(*Proxy, *fetchReq, []byte) cache.Class { return cache.Head }
-
-// FinalHeight is the highest done block seen on chain (0: none yet).
-func (p *Proxy) FinalHeight(chain string) int64 { return p.truth.Final(chain) }
+func classifyBlockList(Question, []byte) cache.Class { return cache.Head }
 
 // classifyTransactionList: a block at or below the finalized height whose
 // transactions are none pending is final; anything newer is head.
-func classifyTransactionList(p *Proxy, f *fetchReq, body []byte) cache.Class {
-	if f.height < 0 || f.height > p.FinalHeight(f.chain) {
+func classifyTransactionList(f Question, body []byte) cache.Class {
+	if f.Height < 0 || f.Height > f.Final {
 		return cache.Head
 	}
 	pending := false
@@ -43,9 +49,11 @@ func classifyTransactionList(p *Proxy, f *fetchReq, body []byte) cache.Class {
 	return cache.Final
 }
 
-// classifyCross: a cross-chain record with a status is settled; no record
+func classifyCross(_ Question, body []byte) cache.Class { return ClassifyCross(body) }
+
+// ClassifyCross: a cross-chain record with a status is settled; no record
 // may still appear (negative).
-func classifyCross(_ *Proxy, _ *fetchReq, body []byte) cache.Class {
+func ClassifyCross(body []byte) cache.Class {
 	n, unsettled := 0, false
 	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		n++
@@ -69,9 +77,9 @@ func classifyCross(_ *Proxy, _ *fetchReq, body []byte) cache.Class {
 // a hash without rows (not mined yet, no internal transactions, unknown,
 // or its rows on other pages) makes it at most negative, since that hash
 // may still gain rows.
-func classifyInternal(p *Proxy, f *fetchReq, body []byte) cache.Class {
-	final := p.FinalHeight(f.chain)
-	var seen [maxHashes]bool
+func classifyInternal(f Question, body []byte) cache.Class {
+	final := f.Final
+	var seen [MaxHashes]bool
 	n, newer := 0, false
 	each := func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		n++
@@ -80,7 +88,7 @@ func classifyInternal(p *Proxy, f *fetchReq, body []byte) cache.Class {
 			newer = true
 		}
 		id, _ := jsonparser.GetString(b, "txId")
-		for i, h := range f.hashes {
+		for i, h := range f.Hashes {
 			if strings.EqualFold(id, h) {
 				seen[i] = true
 			}
@@ -96,7 +104,7 @@ func classifyInternal(p *Proxy, f *fetchReq, body []byte) cache.Class {
 	case n == 0:
 		return cache.Negative
 	}
-	for i := range f.hashes {
+	for i := range f.Hashes {
 		if !seen[i] {
 			return cache.Negative
 		}

@@ -1,45 +1,43 @@
-package proxy
+package route
 
 import (
 	"bytes"
-	"context"
 	"explorer-edge/proxy/envelope"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 )
 
-// query is one request's parameters after checking and normalization. The
-// canonical query doubles as cache key and upstream request target, so equal
-// questions are one key by construction. Queries are pooled: the hit path
-// builds the key without allocating.
-type query struct {
-	route  *route
-	key    []byte // canonical "path?name=value&...": cache key and upstream target
-	chain  []byte // canonical chainShortName (upper case)
-	height int64  // kindHeight value; -1 when absent
+// Params are one request's parameters after checking and normalization.
+// The canonical query doubles as cache key and upstream request target, so
+// equal questions are one key by construction. They live in a pooled value
+// of the request core: the hit path builds the key without allocating.
+type Params struct {
+	Route  *Route
+	Key    []byte // canonical "path?name=value&...": cache key and upstream target
+	Chain  []byte // canonical chainShortName (upper case)
+	Height int64  // kindHeight value; -1 when absent
 	// hashes are the de-duplicated hashes of a txId/txid parameter, as
-	// offsets into key (lower-cased there).
-	hashes      [maxHashes][2]uint16
-	nHashes     int
-	page, limit int64  // kindPage and kindLimit values (1 and 0 when absent)
-	scratch     []byte // header values of the response being written
-	tenant      *tenant
-	trace       context.Context // the request's span; nil when tracing is off
+	// offsets into Key (lower-cased there).
+	hashes      [MaxHashes][2]uint16
+	NHashes     int
+	Page, Limit int64 // kindPage and kindLimit values (1 and 0 when absent)
 }
 
-func (q *query) hash(i int) []byte { return q.key[q.hashes[i][0]:q.hashes[i][1]] }
+// Hash is the i-th hash asked, lower case.
+func (q *Params) Hash(i int) []byte { return q.Key[q.hashes[i][0]:q.hashes[i][1]] }
 
-// parse checks args against the route's parameters and builds the canonical
+// Parse checks args against the route's parameters and builds the canonical
 // query. Parameters the route does not name are dropped: they neither reach
 // the upstream nor split the cache. chains are the configured chain names in
 // upper case.
-func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *envelope.Error {
-	q.route = r
-	q.height = -1
-	q.nHashes = 0
-	q.chain = q.chain[:0]
-	q.page, q.limit = 1, 0
-	k := append(q.key[:0], r.path...)
+func (q *Params) Parse(r *Route, args *fasthttp.Args, chains []string) *envelope.Error {
+	q.Route = r
+	q.Height = -1
+	q.NHashes = 0
+	q.Chain = q.Chain[:0]
+	q.Page, q.Limit = 1, 0
+	k := append(q.Key[:0], r.Path...)
 	sep := byte('?')
 	present := 0
 	for i := range r.params {
@@ -50,14 +48,14 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *envelope.
 		}
 		var err *envelope.Error
 		if k, sep, err = q.appendParam(k, sep, p, raw, chains); err != nil {
-			q.key = k
+			q.Key = k
 			if repeatedDiffering(args, p.name) {
 				return errRepeated(p.name)
 			}
 			return err
 		}
 	}
-	q.key = k
+	q.Key = k
 	// More arguments than parameters found: unknown ones (dropped) or a
 	// parameter given twice. Twice with values that normalize differently
 	// is ambiguous (other servers take the last), so it is refused.
@@ -68,7 +66,7 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *envelope.
 	}
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
-	if r.window > 0 && q.limit > 0 && (q.page-1)*q.limit >= int64(r.window) {
+	if r.Window > 0 && q.Limit > 0 && (q.Page-1)*q.Limit >= int64(r.Window) {
 		return envelope.Invalid("page", "page starts beyond the reachable 10000 rows")
 	}
 	return nil
@@ -77,7 +75,7 @@ func (q *query) parse(r *route, args *fasthttp.Args, chains []string) *envelope.
 // appendParam checks p's raw value and appends sep, its name, "=" and its
 // canonical value to k; an absent optional parameter without a default
 // appends nothing. It returns the separator of the next parameter.
-func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []string) ([]byte, byte, *envelope.Error) {
+func (q *Params) appendParam(k []byte, sep byte, p *param, raw []byte, chains []string) ([]byte, byte, *envelope.Error) {
 	v := bytes.TrimSpace(raw)
 	if len(v) == 0 {
 		if p.required {
@@ -94,25 +92,25 @@ func (q *query) appendParam(k []byte, sep byte, p *param, raw []byte, chains []s
 	var err *envelope.Error
 	switch p.kind {
 	case kindChain:
-		k, err = appendChain(k, v, chains, p.name)
-		q.chain = append(q.chain, k[len(k)-chainLen(k):]...)
+		k, err = AppendChain(k, v, chains, p.name)
+		q.Chain = append(q.Chain, k[len(k)-chainLen(k):]...)
 	case kindAddress:
-		k, err = appendHex(k, v, 40, p.name)
+		k, err = AppendHex(k, v, 40, p.name)
 	case kindHash:
 		start := len(k)
-		k, err = appendHex(k, v, 64, p.name)
+		k, err = AppendHex(k, v, 64, p.name)
 		if err == nil {
 			q.hashes[0] = [2]uint16{uint16(start), uint16(len(k))}
-			q.nHashes = 1
+			q.NHashes = 1
 		}
 	case kindHashList:
 		k, err = q.appendHashList(k, v, p)
 	case kindHeight:
-		k, q.height, err = appendDecimal(k, v, 0, 1e15, p.name)
+		k, q.Height, err = appendDecimal(k, v, 0, 1e15, p.name)
 	case kindPage:
-		k, q.page, err = appendDecimal(k, v, 1, 1e6, p.name)
+		k, q.Page, err = appendDecimal(k, v, 1, 1e6, p.name)
 	case kindLimit:
-		k, q.limit, err = appendDecimal(k, v, 1, int64(p.max), p.name)
+		k, q.Limit, err = appendDecimal(k, v, 1, int64(p.max), p.name)
 	case kindEnum:
 		k, err = appendEnum(k, v, p)
 	}
@@ -127,15 +125,15 @@ func errRepeated(name string) *envelope.Error {
 // not normalize to the one in key (the canonical query of the first
 // values). Each repeated value is normalized alone, once: the cost is
 // linear in the query, whatever the client repeats.
-func conflicting(r *route, args *fasthttp.Args, chains []string, key []byte) *envelope.Error {
-	var scratch query
+func conflicting(r *Route, args *fasthttp.Args, chains []string, key []byte) *envelope.Error {
+	var scratch Params
 	var buf []byte
 	for k, v := range args.All() {
 		p := r.param(k)
 		if p == nil || bytes.Equal(v, args.Peek(p.name)) {
 			continue
 		}
-		scratch.nHashes, scratch.chain = 0, scratch.chain[:0]
+		scratch.NHashes, scratch.Chain = 0, scratch.Chain[:0]
 		var e *envelope.Error
 		buf, _, e = scratch.appendParam(buf[:0], '&', p, v, chains)
 		val := buf
@@ -176,7 +174,7 @@ func repeatedDiffering(args *fasthttp.Args, name string) bool {
 // chainLen is the length of the chain value just appended after '='.
 func chainLen(k []byte) int { return len(k) - bytes.LastIndexByte(k, '=') - 1 }
 
-func appendChain(k, v []byte, chains []string, name string) ([]byte, *envelope.Error) {
+func AppendChain(k, v []byte, chains []string, name string) ([]byte, *envelope.Error) {
 	for _, c := range chains {
 		if equalFold(c, v) {
 			return append(k, c...), nil
@@ -206,8 +204,8 @@ func equalFold(s string, b []byte) bool {
 	return true
 }
 
-// appendHex checks "0x" + n hex digits and appends them in lower case.
-func appendHex(k, v []byte, n int, name string) ([]byte, *envelope.Error) {
+// AppendHex checks "0x" + n hex digits and appends them in lower case.
+func AppendHex(k, v []byte, n int, name string) ([]byte, *envelope.Error) {
 	if len(v) != n+2 || v[0] != '0' || (v[1] != 'x' && v[1] != 'X') {
 		if n == 40 {
 			return k, envelope.Invalid(name, "not an address (0x and 40 hex digits)")
@@ -272,7 +270,7 @@ func appendEnum(k, v []byte, p *param) ([]byte, *envelope.Error) {
 
 // appendHashList appends the hashes of a comma-separated list, lower-cased
 // and without duplicates, in the order asked.
-func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *envelope.Error) {
+func (q *Params) appendHashList(k, v []byte, p *param) ([]byte, *envelope.Error) {
 	first := true
 	for len(v) > 0 || first {
 		item := v
@@ -294,11 +292,11 @@ func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *envelope.Error) 
 		}
 		start := len(k)
 		var err *envelope.Error
-		if k, err = appendHex(k, item, 64, p.name); err != nil {
+		if k, err = AppendHex(k, item, 64, p.name); err != nil {
 			return k, err
 		}
 		dup := false
-		for i := 0; i < q.nHashes; i++ {
+		for i := 0; i < q.NHashes; i++ {
 			if bytes.Equal(k[q.hashes[i][0]:q.hashes[i][1]], k[start:]) {
 				dup = true
 				break
@@ -308,12 +306,27 @@ func (q *query) appendHashList(k, v []byte, p *param) ([]byte, *envelope.Error) 
 			k = k[:mark]
 			continue
 		}
-		if q.nHashes == p.max {
+		if q.NHashes == p.max {
 			return k, envelope.TooMany(p.name, p.max)
 		}
-		q.hashes[q.nHashes] = [2]uint16{uint16(start), uint16(len(k))}
-		q.nHashes++
+		q.hashes[q.NHashes] = [2]uint16{uint16(start), uint16(len(k))}
+		q.NHashes++
 		first = false
 	}
 	return k, nil
+}
+
+// ParseKey rebuilds the parsed query of a canonical key. The tagger needs
+// it: the cache tags every entry it stores, from whatever source (a fetch,
+// the shared tier, an assembled batch), and has only the entry.
+func (q *Params) ParseKey(r *Route, key string) {
+	var args fasthttp.Args
+	if _, query, ok := strings.Cut(key, "?"); ok {
+		args.Parse(query)
+	}
+	var chains []string
+	if c := args.Peek("chainShortName"); c != nil {
+		chains = []string{string(c)}
+	}
+	q.Parse(r, &args, chains)
 }

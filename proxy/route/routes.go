@@ -1,4 +1,8 @@
-package proxy
+// Package route is the table of the six explorer routes the edge serves
+// and everything that follows from it: each route's parameters, their
+// checks and canonical form (the cache key and upstream target), default
+// TTLs per class, and the classifiers that read an answer's class.
+package route
 
 import (
 	"errors"
@@ -35,35 +39,35 @@ type param struct {
 	enum     []string // kindEnum: allowed values, canonical spelling
 }
 
-// routeID indexes the route table; metrics are pre-resolved per ID.
-type routeID uint8
+// ID indexes the route table; metrics are pre-resolved per ID.
+type ID uint8
 
 const (
-	routePositionList routeID = iota
-	routeBlockList
-	routeTransactionList
-	routeTransactionMulti
-	routeTransactionFills
-	routeInternalTransactionMulti
-	numRoutes
-	routeUnknown = numRoutes // label for paths outside the table
+	PositionList ID = iota
+	BlockList
+	TransactionList
+	TransactionMulti
+	TransactionFills
+	InternalTransactionMulti
+	Count
+	Unknown = Count // label for paths outside the table
 )
 
-// route is one operation of the explorer API (spec sections 1-6).
-type route struct {
-	id     routeID
-	name   string // metric label and cache.ttl key
-	path   string // identical upstream and at the edge
+// Route is one operation of the explorer API (spec sections 1-6).
+type Route struct {
+	ID     ID
+	Name   string // metric label and cache.ttl key
+	Path   string // identical upstream and at the edge
 	params []param
-	// window bounds page*limit where the spec says only the newest 10000
+	// Window bounds page*limit where the spec says only the newest 10000
 	// rows are reachable (holders, blocks). 0 = no window: other routes'
 	// pages go to the upstream, which decides.
-	window int
-	// perHash routes are cached per (chain, hash): transaction-multi and
+	Window int
+	// PerHash routes are cached per (chain, hash): transaction-multi and
 	// transaction-fills return the same records (docs/design.md, per-hash batches).
-	perHash bool
-	// classify reads an upstream answer and returns its cache class.
-	classify func(e *Proxy, f *fetchReq, body []byte) cache.Class
+	PerHash bool
+	// Classify reads an upstream answer and returns its cache class.
+	Classify func(q Question, body []byte) cache.Class
 	// ttl is the default fresh time of each class the route's answers can
 	// have (cache.ttl.<name> overrides it); a class it does not name falls
 	// back to the shortest (cache.TTLs.For).
@@ -72,11 +76,11 @@ type route struct {
 
 var protocolTypes = []string{"transaction", "internal", "token_20", "token_721", "token_1155", "token_10"}
 
-// routes is the whole API the edge serves. Parameter order here is the order
+// Table is the whole API the edge serves. Parameter order here is the order
 // of the canonical query sent upstream, chainShortName first.
-var routes = [numRoutes]route{
+var Table = [Count]Route{
 	{
-		id: routePositionList, name: "position-list", path: "/api/v5/chainx/token/position-list",
+		ID: PositionList, Name: "position-list", Path: "/api/v5/chainx/token/position-list",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
 			{name: "tokenContractAddress", kind: kindAddress, required: true},
@@ -84,24 +88,24 @@ var routes = [numRoutes]route{
 			{name: "page", kind: kindPage, def: "1"},
 			{name: "limit", kind: kindLimit, def: "20", max: 50},
 		},
-		window:   10000,
-		classify: classifyVolatile,
+		Window:   10000,
+		Classify: classifyVolatile,
 		ttl:      cache.TTLs{Volatile: 30 * time.Second},
 	},
 	{
-		id: routeBlockList, name: "block-list", path: "/api/v5/chainx/block/block-list",
+		ID: BlockList, Name: "block-list", Path: "/api/v5/chainx/block/block-list",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
 			{name: "height", kind: kindHeight},
 			{name: "page", kind: kindPage, def: "1"},
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
-		window:   10000,
-		classify: classifyBlockList,
+		Window:   10000,
+		Classify: classifyBlockList,
 		ttl:      cache.TTLs{Head: time.Second},
 	},
 	{
-		id: routeTransactionList, name: "transaction-list", path: "/api/v5/chainx/block/transaction-list",
+		ID: TransactionList, Name: "transaction-list", Path: "/api/v5/chainx/block/transaction-list",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
 			{name: "height", kind: kindHeight, required: true},
@@ -109,60 +113,60 @@ var routes = [numRoutes]route{
 			{name: "page", kind: kindPage, def: "1"},
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
-		classify: classifyTransactionList,
+		Classify: classifyTransactionList,
 		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour},
 	},
 	{
-		id: routeTransactionMulti, name: "transaction-multi", path: "/api/v5/chainx/tz/cross/transaction-multi",
+		ID: TransactionMulti, Name: "transaction-multi", Path: "/api/v5/chainx/tz/cross/transaction-multi",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
-			{name: "txId", kind: kindHashList, required: true, max: maxHashes},
+			{name: "txId", kind: kindHashList, required: true, max: MaxHashes},
 		},
-		perHash:  true,
-		classify: classifyCross,
+		PerHash:  true,
+		Classify: classifyCross,
 		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 	{
-		id: routeTransactionFills, name: "transaction-fills", path: "/api/v5/chainx/tz/cross/transaction-fills",
+		ID: TransactionFills, Name: "transaction-fills", Path: "/api/v5/chainx/tz/cross/transaction-fills",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
 			{name: "txid", kind: kindHash, required: true},
 		},
-		perHash:  true,
-		classify: classifyCross,
+		PerHash:  true,
+		Classify: classifyCross,
 		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 	{
-		id: routeInternalTransactionMulti, name: "internal-transaction-multi", path: "/api/v5/chainx/transaction/internal-transaction-multi",
+		ID: InternalTransactionMulti, Name: "internal-transaction-multi", Path: "/api/v5/chainx/transaction/internal-transaction-multi",
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
-			{name: "txId", kind: kindHashList, required: true, max: maxHashes},
+			{name: "txId", kind: kindHashList, required: true, max: MaxHashes},
 			{name: "page", kind: kindPage, def: "1"},
 			// Default and maximum are "not shown" in the spec; explorer-sim
 			// and the edge use the block routes' 20 and 100.
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
-		classify: classifyInternal,
+		Classify: classifyInternal,
 		ttl:      cache.TTLs{Head: time.Second, Final: 24 * time.Hour, Negative: 5 * time.Second},
 	},
 }
 
-// maxHashes is the spec's limit on hashes in one txId list.
-const maxHashes = 20
+// MaxHashes is the spec's limit on hashes in one txId list.
+const MaxHashes = 20
 
-// routeByPath finds the route of a request path without allocating (the
+// ByPath finds the route of a request path without allocating (the
 // comparison of string(path) makes no string).
-func routeByPath(path []byte) *route {
-	for i := range routes {
-		if string(path) == routes[i].path {
-			return &routes[i]
+func ByPath(path []byte) *Route {
+	for i := range Table {
+		if string(path) == Table[i].Path {
+			return &Table[i]
 		}
 	}
 	return nil
 }
 
 // param is the route's parameter named name, or nil.
-func (r *route) param(name []byte) *param {
+func (r *Route) param(name []byte) *param {
 	for i := range r.params {
 		if r.params[i].name == string(name) {
 			return &r.params[i]
@@ -171,27 +175,27 @@ func (r *route) param(name []byte) *param {
 	return nil
 }
 
-// RouteNames lists the routes in table order (metric labels, config keys).
-func RouteNames() []string {
-	names := make([]string, numRoutes)
-	for i := range routes {
-		names[i] = routes[i].name
+// Names lists the routes in table order (metric labels, config keys).
+func Names() []string {
+	names := make([]string, Count)
+	for i := range Table {
+		names[i] = Table[i].Name
 	}
 	return names
 }
 
-func (id routeID) String() string {
-	if id < numRoutes {
-		return routes[id].name
+func (id ID) String() string {
+	if id < Count {
+		return Table[id].Name
 	}
 	return "unknown"
 }
 
-// routeByName is the route named name, or nil.
-func routeByName(name string) *route {
-	for i := range routes {
-		if routes[i].name == name {
-			return &routes[i]
+// ByName is the route named name, or nil.
+func ByName(name string) *Route {
+	for i := range Table {
+		if Table[i].Name == name {
+			return &Table[i]
 		}
 	}
 	return nil
@@ -203,26 +207,26 @@ func routeByName(name string) *route {
 // problems with the others; New refuses a configuration it refuses.
 func CheckConfig(cfg *config.Config) error {
 	var errs []error
-	names := strings.Join(RouteNames(), ", ")
+	names := strings.Join(Names(), ", ")
 	for name := range cfg.Cache.TTL {
-		if routeByName(name) == nil {
+		if ByName(name) == nil {
 			errs = append(errs, fmt.Errorf("cache.ttl.%s: unknown route (known: %s)", name, names))
 		}
 	}
-	for i := range routes {
-		if routeTTLs(&routes[i], cfg.Cache.TTL).Shortest() <= 0 {
-			errs = append(errs, fmt.Errorf("cache.ttl.%s: needs at least one positive TTL", routes[i].name))
+	for i := range Table {
+		if TTLs(&Table[i], cfg.Cache.TTL).Shortest() <= 0 {
+			errs = append(errs, fmt.Errorf("cache.ttl.%s: needs at least one positive TTL", Table[i].Name))
 		}
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
 
-// routeTTLs is r's fresh times: its defaults, each overridden by a
+// TTLs is r's fresh times: its defaults, each overridden by a
 // non-zero cache.ttl.<route>.<class>.
-func routeTTLs(r *route, overrides map[string]config.PerClass) cache.TTLs {
+func TTLs(r *Route, overrides map[string]config.PerClass) cache.TTLs {
 	t := r.ttl
-	o := overrides[r.name]
+	o := overrides[r.Name]
 	for _, f := range []struct {
 		dst *time.Duration
 		src time.Duration
@@ -234,8 +238,8 @@ func routeTTLs(r *route, overrides map[string]config.PerClass) cache.TTLs {
 	return t
 }
 
-// classWindow is the duration w gives class c.
-func classWindow(w config.PerClass, c cache.Class) time.Duration {
+// ClassWindow is the duration w gives class c.
+func ClassWindow(w config.PerClass, c cache.Class) time.Duration {
 	switch c {
 	case cache.Head:
 		return w.Head
