@@ -66,7 +66,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	// [route][...]; the last route is "unknown". A nil entry is a series
-	// not made at start (see lazy).
+	// not made at start (see the package doc).
 	requests        [][]prometheus.Counter // [route][code]
 	requestDuration []prometheus.Observer  // [route]
 	cacheResults    [][]prometheus.Counter // [route][result]
@@ -161,25 +161,39 @@ type CacheStats interface {
 
 // New registers every family for the given routes and chains.
 func New(routes, chains []string, cs CacheStats) *Metrics {
-	reg := prometheus.NewRegistry()
-	// Beside the Go collector's defaults, go_sched_latencies_seconds: how
-	// long runnable goroutines waited for a CPU. request_duration_seconds
-	// starts once a request is read and cannot see that wait, which is
-	// most of what a client measures on a saturated pod
-	// (docs/operations.md, Latency the histogram leaves out).
-	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
-		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := &Metrics{Registry: reg, chains: map[string]bool{}, codeIndex: map[string]int{}}
+	m := &Metrics{Registry: prometheus.NewRegistry(), chains: map[string]bool{}, codeIndex: map[string]int{}}
 	for i, c := range Codes {
 		m.codeIndex[c] = i
 	}
-	labels := append(append([]string{}, routes...), "unknown")
-	unknown := len(routes)
-	m.routeNames = labels
+	m.registerRuntime()
+	m.registerRoutes(routes)
+	m.registerRejections()
+	m.registerUpstream()
+	m.registerCache(cs)
+	m.registerChains(chains)
+	m.registerConfig()
+	m.registerListeners()
+	m.registerLogAndPanics()
+	m.clients = newClientFamilies(m.Registry)
+	m.newShared()
+	return m
+}
 
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
-		Help: "Client requests answered, by route and envelope code."}, []string{"route", "code"})
+// registerRuntime registers the Go and process collectors. Beside the Go
+// collector's defaults, go_sched_latencies_seconds: how long runnable
+// goroutines waited for a CPU. request_duration_seconds starts once a
+// request is read and cannot see that wait, which is most of what a client
+// measures on a saturated pod (docs/operations.md, Latency the histogram
+// leaves out).
+func (m *Metrics) registerRuntime() {
+	m.Registry.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+// registerRoutes registers the families labelled by route, and resolves
+// their series for each route and "unknown", the last.
+func (m *Metrics) registerRoutes(routes []string) {
 	// A hit takes 2-20 us from request read to response written, a miss
 	// up to upstream.timeout (5s by default): 1-2.5-5 steps from 2.5 us to
 	// 10 s, so each bucket's bounds are at most 2.5x apart (21 buckets).
@@ -190,18 +204,65 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		1, 2.5, 5, 10,
 	}
 	upLatency := latency[5:] // from 100 us
+	m.requestsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
+		Help: "Client requests answered, by route and envelope code."}, []string{"route", "code"})
 	reqDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
 		Help: "Time from the request read (its headers parsed) to the answer handed to the server for writing, by route; the wait before the read and the write are not in it.", Buckets: latency}, []string{"route"})
-	results := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cache_results_total",
+	m.cacheResultsVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "cache_results_total",
 		Help: "Cache lookups by route and result (hit, miss, stale, stale_error, collapsed, partial)."}, []string{"route", "result"})
-	up := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_requests_total",
+	m.upstreamVec = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_requests_total",
 		Help: "Upstream calls (and calls refused before sending: breaker_open, budget_exhausted) by route and outcome."}, []string{"route", "outcome"})
-	upDur := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "upstream_duration_seconds",
+	m.upstreamDurVec = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "upstream_duration_seconds",
 		Help: "Duration of one upstream attempt, by route.", Buckets: upLatency}, []string{"route"})
-	final := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height",
-		Help: "Highest block height seen with state done, by chain; no series until one is known."}, []string{"chain"})
+	m.Registry.MustRegister(m.requestsVec, reqDur, m.cacheResultsVec, m.upstreamVec, m.upstreamDurVec)
+
+	m.routeNames = append(append([]string{}, routes...), "unknown")
+	m.resolveRoutes(reqDur)
+}
+
+// resolveRoutes makes the series of each route that are expected to move:
+// all of them for a route of the table; for "unknown", only its duration
+// and requests_total with code 404 (package doc).
+func (m *Metrics) resolveRoutes(reqDur *prometheus.HistogramVec) {
+	unknown := len(m.routeNames) - 1
+	for id, r := range m.routeNames {
+		m.requestDuration = append(m.requestDuration, reqDur.WithLabelValues(r))
+		codes := make([]prometheus.Counter, len(Codes))
+		res := make([]prometheus.Counter, numResults)
+		out := make([]prometheus.Counter, numOutcomes)
+		m.requests = append(m.requests, codes)
+		m.cacheResults = append(m.cacheResults, res)
+		m.upstream = append(m.upstream, out)
+		m.upstreamDur = append(m.upstreamDur, nil)
+		if id == unknown {
+			codes[m.codeIndex["404"]] = m.requestsVec.WithLabelValues(r, "404")
+			continue
+		}
+		for i, c := range Codes {
+			codes[i] = m.requestsVec.WithLabelValues(r, c)
+		}
+		for i, name := range resultNames {
+			res[i] = m.cacheResultsVec.WithLabelValues(r, name)
+		}
+		for i, name := range outcomeNames {
+			out[i] = m.upstreamVec.WithLabelValues(r, name)
+		}
+		m.upstreamDur[id] = m.upstreamDurVec.WithLabelValues(r)
+	}
+}
+
+// registerRejections registers client_rejections_total, by reason.
+func (m *Metrics) registerRejections() {
 	rej := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "client_rejections_total",
 		Help: "Client requests refused before the cache, by reason (auth, rate_limit)."}, []string{"reason"})
+	m.Registry.MustRegister(rej)
+	m.rejections[RejectAuth] = rej.WithLabelValues("auth")
+	m.rejections[RejectRateLimit] = rej.WithLabelValues("rate_limit")
+}
+
+// registerUpstream registers the upstream budget's and breaker's families
+// (those by route are registerRoutes').
+func (m *Metrics) registerUpstream() {
 	m.Throttled = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_throttled_total",
 		Help: "Times the upstream budget held a call back: source budget (our bucket was empty), upstream (it answered 429/50011) or bytes (no room for its answer among those being fetched within budget_wait)."}, []string{"source"})
 	m.BudgetRate = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "upstream_budget_rate",
@@ -210,20 +271,71 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "Upstream circuit breaker: 0 closed, 1 half-open, 2 open."})
 	m.BatchUnmapped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "batch_unmapped_total",
 		Help: "Batch answers with a record matching no hash asked; the request was then cached whole."})
+	m.Registry.MustRegister(m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped)
+	for _, s := range []string{"budget", "upstream", "bytes"} {
+		m.Throttled.WithLabelValues(s)
+	}
+}
+
+// registerCache registers the cache's gauges, read from cs at scrape
+// time, and purges_total.
+func (m *Metrics) registerCache(cs CacheStats) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)
+	}
+	m.Registry.MustRegister(
+		gauge("cache_bytes", "Bytes held by cache entries and their identity copies.", func() float64 { return float64(cs.Bytes()) }),
+		gauge("cache_identity_bytes", "Bytes of cache_bytes held by identity copies of answers (cache.identity_bytes).", func() float64 { return float64(cs.IdentityBytes()) }),
+		gauge("cache_entries", "Entries in the cache.", func() float64 { return float64(cs.Entries()) }),
+		gauge("cache_max_bytes", "Configured bound on cache bytes (cache.max_bytes).", func() float64 { return float64(cs.MaxBytes()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "cache_evictions_total",
+			Help: "Entries evicted for space or expired."}, func() float64 { return float64(cs.Evictions()) }),
+	)
+	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
+		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
+	m.Registry.MustRegister(m.Purges)
+	for _, s := range PurgeSelectors {
+		for _, mode := range []string{"hard", "soft"} {
+			m.Purges.WithLabelValues(s, mode)
+		}
+	}
+}
+
+// registerChains registers the families labelled by chain.
+func (m *Metrics) registerChains(chains []string) {
+	// A chain gets its finalized height on its first block list: until
+	// then it has no series, not a height of 0 (metrics_test).
+	m.finalHeight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height",
+		Help: "Highest block height seen with state done, by chain; no series until one is known."}, []string{"chain"})
+	m.Reorgs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorgs_total",
+		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
+	m.ReorgProbes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorg_probes_total",
+		Help: "Block lists asked further back than any client asked, to find the fork of a reorganization deeper than the list that showed it."}, []string{"chain"})
+	m.Registry.MustRegister(m.finalHeight, m.Reorgs, m.ReorgProbes)
+	for _, c := range chains {
+		m.chains[c] = true
+		m.Reorgs.WithLabelValues(c)
+		m.ReorgProbes.WithLabelValues(c)
+	}
+}
+
+// registerConfig registers the families of the configuration in force
+// and its reloads.
+func (m *Metrics) registerConfig() {
 	m.ConfigReloads = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "config_reloads_total",
 		Help: "Configuration reloads by result (ok, error)."}, []string{"result"})
 	m.ConfigHash = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "config_hash_info",
 		Help: "Always 1; hash is the SHA-256 of the configuration in force, secrets redacted (GET /config on the admin port): nodes that run the same configuration show the same hash."}, []string{"hash"})
 	m.ConfigReloadSuccess = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "config_last_reload_success_timestamp_seconds",
 		Help: "Unix time the configuration in force was applied: at start or by the last reload that succeeded."})
-	m.SharedUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "shared_up",
-		Help: "1 when the shared tier (Redis) answers, 0 when the node goes on alone; absent in single-node mode."})
-	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
-		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
-	m.SharedRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_rejected_total",
-		Help: "Values read from Redis that the edge refused, by reason (entry: not a valid answer, its sizes or times out of bounds; budget: an impossible budget state, reset; lock: a fetch lock without an expiry, repaired; purge_seq, purge_floor, purge_record: a purge log counter, floor or record no node publishes, ignored). A rejected entry is a miss."}, []string{"reason"})
-	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
-		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
+	m.Registry.MustRegister(m.ConfigReloads, m.ConfigHash, m.ConfigReloadSuccess)
+	for _, r := range []string{"ok", "error"} {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+}
+
+// registerListeners registers the families labelled by listener.
+func (m *Metrics) registerListeners() {
 	m.AcceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "accept_errors_total",
 		Help: "Failed accepts of a listener (EMFILE, ENFILE, ...), each retried after a backoff."}, []string{"listener"})
 	m.ConnsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "connections_refused_total",
@@ -232,89 +344,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 		Help: "Connections open, by listener."}, []string{"listener"})
 	m.ConnsMax = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "connections_max",
 		Help: "Connection cap in force, by listener (server.max_conns, lowered at start to fit the descriptor limit; admin_max_conns); 0 = none."}, []string{"listener"})
-
-	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
-		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
-	reg.MustRegister(m.LogSuppressed)
-	m.Panics = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "panics_total",
-		Help: "Panics recovered, by where they happened (public, admin: a request handler, answered 500; background: a refresh or a flight, its waiters answered 500). Each is a bug: the log holds its stack."}, []string{"where"})
-	reg.MustRegister(m.Panics)
-	for _, w := range PanicPlaces {
-		m.Panics.WithLabelValues(w)
-	}
-	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
-		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
-	reg.MustRegister(m.Purges)
-	m.Reorgs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorgs_total",
-		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
-	reg.MustRegister(m.Reorgs)
-	m.ReorgProbes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorg_probes_total",
-		Help: "Block lists asked further back than any client asked, to find the fork of a reorganization deeper than the list that showed it."}, []string{"chain"})
-	reg.MustRegister(m.ReorgProbes)
-	for _, c := range chains {
-		m.Reorgs.WithLabelValues(c)
-		m.ReorgProbes.WithLabelValues(c)
-	}
-	for _, s := range PurgeSelectors {
-		for _, mode := range []string{"hard", "soft"} {
-			m.Purges.WithLabelValues(s, mode)
-		}
-	}
-
-	gauge := func(name, help string, f func() float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f)
-	}
-	reg.MustRegister(requests, reqDur, results, up, upDur, final, rej,
-		m.Throttled, m.BudgetRate, m.BreakerState, m.BatchUnmapped, m.ConfigReloads, m.ConfigHash, m.ConfigReloadSuccess,
-		m.AcceptErrors, m.ConnsRefused, m.ConnsOpen, m.ConnsMax,
-		gauge("cache_bytes", "Bytes held by cache entries and their identity copies.", func() float64 { return float64(cs.Bytes()) }),
-		gauge("cache_identity_bytes", "Bytes of cache_bytes held by identity copies of answers (cache.identity_bytes).", func() float64 { return float64(cs.IdentityBytes()) }),
-		gauge("cache_entries", "Entries in the cache.", func() float64 { return float64(cs.Entries()) }),
-		gauge("cache_max_bytes", "Configured bound on cache bytes (cache.max_bytes).", func() float64 { return float64(cs.MaxBytes()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: "cache_evictions_total",
-			Help: "Entries evicted for space or expired."}, func() float64 { return float64(cs.Evictions()) }),
-	)
-
-	m.requestsVec, m.cacheResultsVec, m.upstreamVec, m.upstreamDurVec = requests, results, up, upDur
-	m.clients = newClientFamilies(reg)
-	for id, r := range labels {
-		codes := make([]prometheus.Counter, len(Codes))
-		res := make([]prometheus.Counter, numResults)
-		out := make([]prometheus.Counter, numOutcomes)
-		m.requests = append(m.requests, codes)
-		m.requestDuration = append(m.requestDuration, reqDur.WithLabelValues(r))
-		m.cacheResults = append(m.cacheResults, res)
-		m.upstream = append(m.upstream, out)
-		m.upstreamDur = append(m.upstreamDur, nil)
-		if id == unknown {
-			codes[m.codeIndex["404"]] = requests.WithLabelValues(r, "404")
-			continue
-		}
-		for i, c := range Codes {
-			codes[i] = requests.WithLabelValues(r, c)
-		}
-		for i, name := range resultNames {
-			res[i] = results.WithLabelValues(r, name)
-		}
-		for i, name := range outcomeNames {
-			out[i] = up.WithLabelValues(r, name)
-		}
-		m.upstreamDur[id] = upDur.WithLabelValues(r)
-	}
-	// A chain gets its finalized height on its first block list: until
-	// then it has no series, not a height of 0 (metrics_test).
-	m.finalHeight = final
-	for _, c := range chains {
-		m.chains[c] = true
-	}
-	m.rejections[RejectAuth] = rej.WithLabelValues("auth")
-	m.rejections[RejectRateLimit] = rej.WithLabelValues("rate_limit")
-	for _, s := range []string{"budget", "upstream", "bytes"} {
-		m.Throttled.WithLabelValues(s)
-	}
-	for _, r := range []string{"ok", "error"} {
-		m.ConfigReloads.WithLabelValues(r)
-	}
+	m.Registry.MustRegister(m.AcceptErrors, m.ConnsRefused, m.ConnsOpen, m.ConnsMax)
 	for _, l := range Listeners {
 		m.AcceptErrors.WithLabelValues(l)
 		m.ConnsOpen.WithLabelValues(l)
@@ -323,7 +353,31 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 			m.ConnsRefused.WithLabelValues(l, r)
 		}
 	}
-	return m
+}
+
+// registerLogAndPanics registers log_suppressed_total and panics_total.
+func (m *Metrics) registerLogAndPanics() {
+	m.LogSuppressed = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "log_suppressed_total",
+		Help: "Log lines left out because the same line (message, route, code) went out less than log.repeat_interval ago."})
+	m.Panics = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "panics_total",
+		Help: "Panics recovered, by where they happened (public, admin: a request handler, answered 500; background: a refresh or a flight, its waiters answered 500). Each is a bug: the log holds its stack."}, []string{"where"})
+	m.Registry.MustRegister(m.LogSuppressed, m.Panics)
+	for _, w := range PanicPlaces {
+		m.Panics.WithLabelValues(w)
+	}
+}
+
+// newShared makes the shared-tier families; RegisterShared registers them,
+// in fleet mode only.
+func (m *Metrics) newShared() {
+	m.SharedUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "shared_up",
+		Help: "1 when the shared tier (Redis) answers, 0 when the node goes on alone; absent in single-node mode."})
+	m.SharedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_requests_total",
+		Help: "Shared tier (Redis) operations by op (get, set, lock, rate) and outcome (ok, miss, error, timeout)."}, []string{"op", "outcome"})
+	m.SharedRejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_rejected_total",
+		Help: "Values read from Redis that the edge refused, by reason (entry: not a valid answer, its sizes or times out of bounds; budget: an impossible budget state, reset; lock: a fetch lock without an expiry, repaired; purge_seq, purge_floor, purge_record: a purge log counter, floor or record no node publishes, ignored). A rejected entry is a miss."}, []string{"reason"})
+	m.SharedLockWait = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "shared_lock_waits_total",
+		Help: "Waits for another node's fetch, by outcome (filled, timeout)."}, []string{"outcome"})
 }
 
 // SharedRejectReasons are the reason label values of shared_rejected_total.
