@@ -15,6 +15,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
 )
 
@@ -52,7 +53,7 @@ func (p *Proxy) adminAuthorized(ctx *fasthttp.RequestCtx, s *settings, off *enve
 	if subtle.ConstantTimeCompare(sum[:], s.purgeToken[:]) != 1 {
 		// Sampled: whoever reaches the admin port can repeat it at will.
 		msg := what + " refused: wrong token"
-		if ok, suppressed := p.sampleWarn(repeatKey{msg: msg}); ok {
+		if ok, suppressed := p.sampleWarn(logsample.Key{Msg: msg}); ok {
 			p.log.Warn(msg, "caller", ctx.RemoteAddr().String(), "suppressed", suppressed)
 		}
 		adminError(ctx, errPurgeBadToken)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -66,7 +67,7 @@ func (p *Proxy) panicked(where string, v any) {
 	if len(key) > maxPanicKey {
 		key = key[:maxPanicKey]
 	}
-	ok, suppressed := p.sampleWarn(repeatKey{msg: "panic", route: where, code: key})
+	ok, suppressed := p.sampleWarn(logsample.Key{Msg: "panic", Route: where, Code: key})
 	if !ok {
 		return
 	}

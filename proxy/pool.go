@@ -17,7 +17,9 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/tracing"
 )
 
 // pool is the upstream accounts (upstream, then upstream.accounts in
@@ -36,8 +38,8 @@ type pool struct {
 	// rates; beyond it a refresh yields to misses as before.
 	refreshes *rate.Limiter
 	m         *metrics.Metrics
-	turn      atomic.Uint32 // rotates the order of accounts alike
-	tr        *tracing      // nil: off
+	turn      atomic.Uint32    // rotates the order of accounts alike
+	tr        *tracing.Tracing // nil: off
 }
 
 // AccountBudget makes the budget of an account other than the default
@@ -268,9 +270,9 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 	var avoid, refusedBy *upstream
 	var refused upstreamAnswer // refusedBy's refusal, while another account is asked
 	for attempt := 0; ; attempt++ {
-		_, bs := pl.tr.span(f.trace, "budget")
+		_, bs := pl.tr.Span(f.trace, "budget")
 		u, err := pl.take(r, cfg, f, avoid)
-		endSpan(bs, err)
+		tracing.End(bs, err)
 		if err != nil {
 			if refusedBy != nil {
 				return refused, nil
@@ -353,7 +355,7 @@ func (pl *pool) behind(u *upstream, f *fetchReq, a upstreamAnswer) int64 {
 // attempt makes one call of f on u through u's breaker, in a span of its
 // own.
 func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fetchReq, attempt int, deadline time.Time) (upstreamAnswer, error) {
-	ac, as := pl.tr.span(f.trace, "upstream", attribute.String("account", u.name),
+	ac, as := pl.tr.Span(f.trace, "upstream", attribute.String("account", u.name),
 		attribute.String("route", r.Name), attribute.Int("attempt", attempt+1))
 	if f.tenant != nil {
 		f.tenant.acct.Called()
@@ -371,7 +373,7 @@ func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fe
 			outcome = e.Reason
 		}
 		as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
-		endSpan(as, err)
+		tracing.End(as, err)
 	}
 	return a, err
 }
@@ -403,7 +405,7 @@ func (u *upstream) refusedWrongly(r *route.Route, other *upstream) {
 	if u.sample == nil {
 		return
 	}
-	if ok, suppressed := u.sample(repeatKey{msg: "upstream account refused a question another answered", route: u.name}); ok {
+	if ok, suppressed := u.sample(logsample.Key{Msg: "upstream account refused a question another answered", Route: u.name}); ok {
 		u.log.Warn("upstream account refused a question another answered", "account", u.name, "answered_by", other.name,
 			"route", r.Name, "suppressed", suppressed)
 	}

@@ -22,7 +22,9 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/tracing"
 	"explorer-edge/proxy/truth"
 )
 
@@ -70,11 +72,11 @@ type Proxy struct {
 	closed     bool
 	bg         sync.WaitGroup
 
-	repeats repeats // sampling of the lines clients can repeat
+	repeats logsample.Repeats // sampling of the lines clients can repeat
 
 	ids requestIDs // X-Request-Id of requests that came without one
 
-	tr *tracing // nil: tracing off (trace.go)
+	tr *tracing.Tracing // nil: tracing off (trace.go)
 
 	top  topKeys    // the most-asked keys, sampled (top.go)
 	conf configInfo // the configuration's hash and reloads, for GET /config (inspect.go)
@@ -97,7 +99,7 @@ type Options struct {
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: newTracing(o.Tracer),
+	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: tracing.New(o.Tracer),
 		refreshing: map[string]struct{}{}}
 	// An eighth of the cache's bytes in answers being fetched at once, and
 	// never less than one answer of the largest size.
@@ -492,16 +494,16 @@ func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err erro
 		defer p.recoverFlight(&err)
 		leader = true
 		var fs trace.Span
-		f.trace, fs = p.tr.span(f.trace, "flight", attribute.String("cache.key", f.key))
+		f.trace, fs = p.tr.Span(f.trace, "flight", attribute.String("cache.key", f.key))
 		a, err := p.fill(s, f)
-		endSpan(fs, err)
+		tracing.End(fs, err)
 		return a, err
 	})
 	// DoChan runs the fetch in its own goroutine: a caller that goes away
 	// does not cancel the leader's fetch, which still fills the cache.
 	res := <-ch
 	if !leader {
-		joined(f.trace)
+		tracing.Joined(f.trace)
 	}
 	if res.Err != nil {
 		a, _ := res.Val.(*answer) // may carry a stale copy from the shared tier
@@ -525,9 +527,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// upstream outage has nothing of its own).
 	var shared *cache.Entry
 	if p.tier != nil {
-		_, ts := p.tr.span(f.trace, "shared.get")
+		_, ts := p.tr.Span(f.trace, "shared.get")
 		e := p.tier.Get(key, p.clock())
-		endSpan(ts, nil)
+		tracing.End(ts, nil)
 		if e != nil && p.observeEntry(f, e) > 0 {
 			e = nil // another node's head page, behind the head seen: not served
 		}
@@ -547,9 +549,9 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 			g.haveStale = true
 			f = &g
 		}
-		_, ts = p.tr.span(f.trace, "shared.lock")
+		_, ts = p.tr.Span(f.trace, "shared.lock")
 		unlock, e := p.tier.Lock(key, p.clock)
-		endSpan(ts, nil)
+		tracing.End(ts, nil)
 		defer unlock()
 		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
 			p.cache.Set(e, p.clock())

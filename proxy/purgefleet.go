@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/logsample"
 )
 
 // Fleet-wide purges (fleet/purge.go carries them through Redis): a purge
@@ -70,7 +71,7 @@ func (p *Proxy) fleetFloor(at int64) {
 func (p *Proxy) purgeRefused(reason, why string) {
 	p.metrics.SharedRejected.WithLabelValues(reason).Inc()
 	const msg = "purge state in Redis refused"
-	if ok, suppressed := p.sampleWarn(repeatKey{msg: msg, code: reason}); ok {
+	if ok, suppressed := p.sampleWarn(logsample.Key{Msg: msg, Code: reason}); ok {
 		p.log.Warn(msg, "reason", reason, "why", why, "suppressed", suppressed)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/tcpio"
 )
 
@@ -101,7 +102,7 @@ func (l connLogger) Printf(format string, args ...any) {
 		}
 		return
 	}
-	ok, suppressed := l.p.sampleWarn(repeatKey{msg: "fasthttp", code: format})
+	ok, suppressed := l.p.sampleWarn(logsample.Key{Msg: "fasthttp", Code: format})
 	if !ok {
 		return
 	}

@@ -19,6 +19,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/fleet"
+	"explorer-edge/proxy/tracing"
 )
 
 // tracedEdge is a second edge in front of h's explorer-sim, tracing to an
@@ -172,7 +173,7 @@ func TestTracingToOTLPReceiver(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 
 	h := newHarness(t)
-	tp, err := NewTracerProvider(config.Tracing{OTLPEndpoint: "http://" + ln.Addr().String(), SampleRatio: 1, ServiceName: "edge-under-test"}, nil)
+	tp, err := tracing.NewTracerProvider(config.Tracing{OTLPEndpoint: "http://" + ln.Addr().String(), SampleRatio: 1, ServiceName: "edge-under-test"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,9 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/tracing"
 	"explorer-edge/signer"
 )
 
@@ -53,7 +55,7 @@ type upstream struct {
 	checked atomic.Pointer[selfCheckState]
 	// sample says whether a repeatable line may go out (Proxy.sampleWarn);
 	// nil = never.
-	sample func(repeatKey) (ok bool, suppressed int64)
+	sample func(logsample.Key) (ok bool, suppressed int64)
 }
 
 // newUpstream makes the account name of cfg (its base_url, credentials,
@@ -189,7 +191,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
 	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
 	if tc != nil { // the attempt's span is the upstream's parent
-		propagation.TraceContext{}.Inject(tc, upstreamCarrier{&req.Header})
+		propagation.TraceContext{}.Inject(tc, tracing.UpstreamCarrier{H: &req.Header})
 	}
 
 	start := time.Now()
@@ -274,7 +276,7 @@ func (u *upstream) credentialsRefused(status int, code string) {
 	if u.sample == nil {
 		return
 	}
-	ok, suppressed := u.sample(repeatKey{msg: "upstream credentials refused", route: u.name})
+	ok, suppressed := u.sample(logsample.Key{Msg: "upstream credentials refused", Route: u.name})
 	if !ok {
 		return
 	}

@@ -30,6 +30,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/tracing"
 )
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -196,7 +197,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	}
 	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
 	if cfg.Tracing.OTLPEndpoint != "" {
-		tp, err := proxy.NewTracerProvider(cfg.Tracing, log)
+		tp, err := tracing.NewTracerProvider(cfg.Tracing, log)
 		if err != nil {
 			return err
 		}
