@@ -104,19 +104,8 @@ type Redis struct {
 // alone and joins the fleet when a probe reaches it. It fails only on a
 // configuration it cannot use.
 func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
-	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("fleet: no Redis address")
-	}
-	if cfg.Timeout <= 0 || cfg.LockTTL <= 0 || cfg.LockWait <= 0 {
-		return nil, errors.New("fleet: timeout, lock_ttl and lock_wait must be > 0")
-	}
-	if cfg.Rate <= 0 || cfg.Burst < 1 || cfg.LocalShare <= 0 || cfg.LocalShare > 1 {
-		return nil, fmt.Errorf("fleet: rate %v, burst %d, local share %v out of range", cfg.Rate, cfg.Burst, cfg.LocalShare)
-	}
-	if cfg.Cluster && strings.ContainsAny(cfg.Prefix, "{}") {
-		// The key's own hash tag spreads entries over the slots; a brace in
-		// the prefix would make it the tag of every key.
-		return nil, fmt.Errorf("fleet: prefix %q must not contain braces in cluster mode", cfg.Prefix)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = time.Second
@@ -135,7 +124,41 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
 	}
 	r.filled = m.SharedLockWait.WithLabelValues("filled")
 	r.timedOut = m.SharedLockWait.WithLabelValues("timeout")
-	r.opt = rueidis.ClientOption{
+	r.opt = clientOption(cfg)
+	r.budget = newBudget(r, "budget", cfg.Rate, cfg.Burst)
+	m.SharedUp.Set(0)
+	if err := r.probe(); err != nil {
+		log.Warn("shared tier unreachable; serving alone until it answers", "redis", cfg.Addrs, "err", err)
+		r.markDown()
+	} else {
+		m.SharedUp.Set(1)
+		log.Info("shared tier connected", "redis", cfg.Addrs, "cluster", cfg.Cluster)
+	}
+	return r, nil
+}
+
+// check refuses a configuration New cannot use.
+func (cfg Config) check() error {
+	if len(cfg.Addrs) == 0 {
+		return errors.New("fleet: no Redis address")
+	}
+	if cfg.Timeout <= 0 || cfg.LockTTL <= 0 || cfg.LockWait <= 0 {
+		return errors.New("fleet: timeout, lock_ttl and lock_wait must be > 0")
+	}
+	if cfg.Rate <= 0 || cfg.Burst < 1 || cfg.LocalShare <= 0 || cfg.LocalShare > 1 {
+		return fmt.Errorf("fleet: rate %v, burst %d, local share %v out of range", cfg.Rate, cfg.Burst, cfg.LocalShare)
+	}
+	if cfg.Cluster && strings.ContainsAny(cfg.Prefix, "{}") {
+		// The key's own hash tag spreads entries over the slots; a brace in
+		// the prefix would make it the tag of every key.
+		return fmt.Errorf("fleet: prefix %q must not contain braces in cluster mode", cfg.Prefix)
+	}
+	return nil
+}
+
+// clientOption is how the node's client talks to Redis.
+func clientOption(cfg Config) rueidis.ClientOption {
+	opt := rueidis.ClientOption{
 		InitAddress: cfg.Addrs,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
@@ -155,18 +178,9 @@ func New(cfg Config, m *metrics.Metrics, log *slog.Logger) (*Redis, error) {
 		ClientName:       "explorer-edge",
 	}
 	if cfg.TLS {
-		r.opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	r.budget = newBudget(r, "budget", cfg.Rate, cfg.Burst)
-	m.SharedUp.Set(0)
-	if err := r.probe(); err != nil {
-		log.Warn("shared tier unreachable; serving alone until it answers", "redis", cfg.Addrs, "err", err)
-		r.markDown()
-	} else {
-		m.SharedUp.Set(1)
-		log.Info("shared tier connected", "redis", cfg.Addrs, "cluster", cfg.Cluster)
-	}
-	return r, nil
+	return opt
 }
 
 // rejected counts a value read from Redis that the edge refused.

@@ -270,16 +270,7 @@ func (r *Redis) syncPage(c rueidis.Client, w *purgeWatch, after string, first, i
 	if first {
 		// Every read says what Redis holds, none included: the node's
 		// floor follows it down as well as up.
-		if f, bad := vals[1].ToString(); bad == nil {
-			if n, perr := strconv.ParseInt(f, 10, 64); perr == nil {
-				w.floor(n)
-			} else if f != ps.badFloor {
-				ps.badFloor = f
-				w.refused("purge_floor", "not a number")
-			}
-		} else {
-			w.floor(0)
-		}
+		r.purgeFloor(vals[1], w)
 		// seq and id are nil before the first purge, or after Redis lost its data.
 		switch {
 		case ps.last < 0: // first read: everything retained is remembered
@@ -300,39 +291,74 @@ func (r *Redis) syncPage(c rueidis.Client, w *purgeWatch, after string, first, i
 		size, _ := recs[i+1].AsInt64()
 		rec, _ := recs[i+2].ToString()
 		next = "(" + score
-		n, nerr := strconv.ParseInt(score, 10, 64)
-		if nerr != nil || n <= ps.last {
-			// A number no publish gives (a fraction), or one read already
-			// (a second record under one number): forged.
-			w.refused("purge_record", "not a sequence number of its own: "+score)
-			continue
-		}
-		if first && i == 0 && ps.last >= 0 && n > ps.last+1 {
-			r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "oldest_kept", n)
-			w.lost()
-		}
-		ps.last = n
-		_, own := ps.own[n]
-		delete(ps.own, n)
-		switch {
-		case size > MaxPurgeRecord:
-			w.refused("purge_record", "record of "+strconv.FormatInt(size, 10)+" bytes, over "+strconv.Itoa(MaxPurgeRecord))
-			continue
-		case own:
-			continue
-		}
-		m, at, req, ok := parseRecord(rec)
-		if !ok || m != n {
-			w.refused("purge_record", "unreadable record of "+strconv.Itoa(len(rec))+" bytes")
-			continue
-		}
-		w.apply(at, req, !initial || at >= ps.started)
+		r.applyRecord(w, score, size, rec, first && i == 0, initial)
 	}
 	if len(recs)/3 == purgePage {
 		return next, false, true
 	}
-	// A short page: every record up to seq is read.
-	if first && len(recs) == 0 && ps.last >= 0 && seq > ps.last {
+	r.caughtUp(w, seq, first && len(recs) == 0)
+	return "", true, true
+}
+
+// purgeFloor hands the log's floor to the node: absent is 0; what is no
+// number is refused (and said once for each such value).
+func (r *Redis) purgeFloor(v rueidis.RedisMessage, w *purgeWatch) {
+	ps := &r.purges
+	f, err := v.ToString()
+	if err != nil {
+		w.floor(0)
+		return
+	}
+	if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+		w.floor(n)
+	} else if f != ps.badFloor {
+		ps.badFloor = f
+		w.refused("purge_floor", "not a number")
+	}
+}
+
+// applyRecord applies one record of the log, numbered score and of size
+// bytes (rec is "" when it was over MaxPurgeRecord), unless the node
+// published it or no node could have. oldest says it is the first record
+// a poll reads: it follows the last one read before, unless the log has
+// dropped records the node never read.
+func (r *Redis) applyRecord(w *purgeWatch, score string, size int64, rec string, oldest, initial bool) {
+	ps := &r.purges
+	n, err := strconv.ParseInt(score, 10, 64)
+	if err != nil || n <= ps.last {
+		// A number no publish gives (a fraction), or one read already
+		// (a second record under one number): forged.
+		w.refused("purge_record", "not a sequence number of its own: "+score)
+		return
+	}
+	if oldest && ps.last >= 0 && n > ps.last+1 {
+		r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "oldest_kept", n)
+		w.lost()
+	}
+	ps.last = n
+	_, own := ps.own[n]
+	delete(ps.own, n)
+	switch {
+	case size > MaxPurgeRecord:
+		w.refused("purge_record", "record of "+strconv.FormatInt(size, 10)+" bytes, over "+strconv.Itoa(MaxPurgeRecord))
+		return
+	case own:
+		return
+	}
+	m, at, req, ok := parseRecord(rec)
+	if !ok || m != n {
+		w.refused("purge_record", "unreadable record of "+strconv.Itoa(len(rec))+" bytes")
+		return
+	}
+	w.apply(at, req, !initial || at >= ps.started)
+}
+
+// caughtUp ends a poll that read the log to its end: every record up to
+// seq is read. empty says the poll's first page held no record, so none
+// showed whether records after the last one read were dropped.
+func (r *Redis) caughtUp(w *purgeWatch, seq int64, empty bool) {
+	ps := &r.purges
+	if empty && ps.last >= 0 && seq > ps.last {
 		r.log.Warn("missed purges the log no longer holds; dropping the memory cache", "applied", ps.last, "seq", seq)
 		w.lost()
 	}
@@ -342,7 +368,6 @@ func (r *Redis) syncPage(c rueidis.Client, w *purgeWatch, after string, first, i
 			delete(ps.own, n)
 		}
 	}
-	return "", true, true
 }
 
 // maxPurgeSeq is the largest sequence number a score holds exactly (2^53).
