@@ -141,7 +141,7 @@ func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
 	if result == noResult {
 		result = metrics.ResultError
 	}
-	t.acct.Answered(result, bodyBytes(ctx))
+	t.Acct.Answered(result, bodyBytes(ctx))
 }
 
 // verifiedKey is the user value of a request holding what admission

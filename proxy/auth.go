@@ -31,7 +31,7 @@ type admission struct {
 	// anon is the tenant of unsigned traffic (auth off): one pool, not
 	// one per address, which an attacker with many addresses would
 	// multiply.
-	anon *tenant
+	anon *Tenant
 }
 
 type client struct {
@@ -39,16 +39,16 @@ type client struct {
 	passphrase []byte
 	signer     *signer.Signer
 	limiter    *rate.Limiter // nil = no limit
-	tenant     *tenant
+	tenant     *Tenant
 	policy     []byte // its RateLimit-Policy value; nil without a limit
 }
 
 func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
 		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m,
-		anon: &tenant{name: "anonymous", share: 1}}
+		anon: &Tenant{Name: "anonymous", Share: 1}}
 	if !a.signed { // signed, no request is anonymous: no series that cannot move
-		a.anon.acct = m.Client("anonymous")
+		a.anon.Acct = m.Client("anonymous")
 	}
 	for _, c := range cfg.Clients {
 		share := c.Share
@@ -57,7 +57,7 @@ func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 		}
 		cl := &client{name: c.Name, passphrase: []byte(c.Passphrase),
 			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase}),
-			tenant: &tenant{name: c.Name, share: share, acct: m.Client(c.Name)}}
+			tenant: &Tenant{Name: c.Name, Share: share, Acct: m.Client(c.Name)}}
 		if c.Rate > 0 {
 			cl.limiter = rate.NewLimiter(rate.Limit(c.Rate), c.Burst)
 			cl.policy = rateLimitPolicy(c.Rate, c.Burst)
@@ -137,14 +137,14 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *en
 	}
 	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
 		a.m.Reject(metrics.RejectRateLimit)
-		c.tenant.acct.Refused(metrics.RefusedRateLimit)
+		c.tenant.Acct.Refused(metrics.RefusedRateLimit)
 		return c, errClientLimited.With(nil, ceilSeconds(untilToken(c.limiter, now)))
 	}
 	return c, nil
 }
 
 // tenantOf is who a request of c is charged to.
-func (a *admission) tenantOf(c *client) *tenant {
+func (a *admission) tenantOf(c *client) *Tenant {
 	if c == nil {
 		return a.anon
 	}
@@ -158,7 +158,7 @@ func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.E
 	}
 	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
-		a.anon.acct.Refused(metrics.RefusedRateLimit)
+		a.anon.Acct.Refused(metrics.RefusedRateLimit)
 		return errClientLimited.With(nil, ceilSeconds(wait))
 	}
 	return nil

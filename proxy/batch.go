@@ -45,7 +45,7 @@ type batchGroup struct {
 	chain  string
 	hashes []string
 	calls  []*hashCall
-	tenant *tenant // who opened it pays for the call; who joined pays nothing
+	tenant *Tenant // who opened it pays for the call; who joined pays nothing
 }
 
 type batcher struct {
@@ -109,7 +109,7 @@ type batchParts struct {
 	stale      []string       // hashes served stale, to refresh
 	fromCache  int            // items found fresh or stale
 	fromShared int            // of those, found in the shared tier
-	tenant     *tenant
+	tenant     *Tenant
 }
 
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
@@ -151,7 +151,7 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 
 // refreshParts fetches stale hashes in the background, once each however
 // many requests see them stale.
-func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *tenant) {
+func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *Tenant) {
 	if len(stale) == 0 {
 		return
 	}
@@ -266,7 +266,7 @@ func assemble(key string, items []*cache.Entry) (*cache.Entry, []byte) {
 // gathered groups, and waits for them. haveCopy[i] tells whether hashes[i]
 // has a copy that can stand in if its call fails: a call waits for the
 // budget unless every hash it asks has one, whoever opened its group.
-func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []bool, t *tenant) []*hashCall {
+func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []bool, t *Tenant) []*hashCall {
 	calls := make([]*hashCall, len(hashes))
 	b.mu.Lock()
 	for i, h := range hashes {
@@ -372,12 +372,12 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	up, err := p.up.fetch(&fetchReq{route: r, key: key.String(), chain: g.chain, height: -1, haveStale: haveStale, tenant: g.tenant})
-	body := up.body
-	if err == nil && (up.code != "0" || up.status != fasthttp.StatusOK) {
+	up, err := p.up.fetch(&Request{Route: r, Key: key.String(), Chain: g.chain, Height: -1, HaveStale: haveStale, Tenant: g.tenant})
+	body := up.Body
+	if err == nil && (up.Code != "0" || up.Status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(body, "msg")
-		err = &envelope.Error{Status: up.status, Code: up.code, Msg: msg, Reason: envelope.ReasonEnvelope,
-			Answered: !envelope.UpstreamFailing(up.status, up.code)}
+		err = &envelope.Error{Status: up.Status, Code: up.Code, Msg: msg, Reason: envelope.ReasonEnvelope,
+			Answered: !envelope.UpstreamFailing(up.Status, up.Code)}
 	}
 	if err != nil {
 		for _, i := range ask {

@@ -25,7 +25,7 @@ import (
 type fairGate struct {
 	mu     sync.Mutex
 	vtime  float64 // start tag of the waiter served last
-	finish map[*tenant]float64
+	finish map[*Tenant]float64
 	queue  waiters
 	// refreshes wait here, in arrival order, and get the next tokens
 	// before any miss in queue (takeRefresh).
@@ -35,20 +35,20 @@ type fairGate struct {
 	maxSleep  time.Duration // longest the dispatcher sleeps before trying again
 }
 
-// tenant is who a miss is charged to: a configured client, or the one
+// Tenant is who a miss is charged to: a configured client, or the one
 // anonymous pool. Its share weighs it against the others waiting.
-type tenant struct {
-	name  string
-	share float64
-	acct  *metrics.ClientAccount
+type Tenant struct {
+	Name  string
+	Share float64
+	Acct  *metrics.ClientAccount
 }
 
 // unattributed is the tenant of a fetch no request of a client made
 // (none today outside tests); it has no series.
-var unattributed = &tenant{name: "unattributed", share: 1}
+var unattributed = &Tenant{Name: "unattributed", Share: 1}
 
 type waiter struct {
-	t     *tenant
+	t     *Tenant
 	start float64
 	seq   uint64    // arrival order among equal tags
 	index int       // in the heap; -1 once out of it
@@ -88,14 +88,14 @@ func (q *waiters) Pop() any {
 }
 
 func newFairGate(try func(background bool, avoid *upstream) (*upstream, time.Duration)) *fairGate {
-	return &fairGate{finish: map[*tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
+	return &fairGate{finish: map[*Tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
 }
 
 // take draws a token for t, waiting at most wait in fair order. With wait
 // 0 (a caller with a stale copy) or background (a refresh, which takes
 // only while the budget is well above empty) it never queues,
 // and takes nothing while others wait: they are owed the next tokens.
-func (g *fairGate) take(t *tenant, wait time.Duration, background bool, avoid *upstream) (*upstream, time.Duration) {
+func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *upstream) (*upstream, time.Duration) {
 	if background {
 		wait = 0
 	}
@@ -134,7 +134,7 @@ func (g *fairGate) take(t *tenant, wait time.Duration, background bool, avoid *u
 	heap.Remove(&g.queue, w.index)
 	// Its place is given back: the client is not charged for a miss
 	// that never went.
-	if f := g.finish[t]; f == w.start+1/t.share {
+	if f := g.finish[t]; f == w.start+1/t.Share {
 		g.finish[t] = w.start
 	}
 	g.forget()
@@ -187,9 +187,9 @@ func (g *fairGate) takeRefresh(wait time.Duration, avoid *upstream) (*upstream, 
 }
 
 // enqueue tags a waiter of t; g.mu is held.
-func (g *fairGate) enqueue(t *tenant) *waiter {
+func (g *fairGate) enqueue(t *Tenant) *waiter {
 	start := max(g.vtime, g.finish[t])
-	g.finish[t] = start + 1/t.share
+	g.finish[t] = start + 1/t.Share
 	g.queue.seq++
 	w := &waiter{t: t, start: start, seq: g.queue.seq, ready: make(chan struct{})}
 	heap.Push(&g.queue, w)

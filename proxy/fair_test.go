@@ -33,7 +33,7 @@ func (b *tokenTap) try(bool, *upstream) (*upstream, time.Duration) {
 
 // grantOrder queues waiters of each tenant (per[i] of tenants[i]) on a
 // dry budget, then gives tokens one by one and returns who got each.
-func grantOrder(t *testing.T, tenants []*tenant, per []int, tokens int) []string {
+func grantOrder(t *testing.T, tenants []*Tenant, per []int, tokens int) []string {
 	t.Helper()
 	var tap tokenTap
 	g := newFairGate(tap.try)
@@ -51,7 +51,7 @@ func grantOrder(t *testing.T, tenants []*tenant, per []int, tokens int) []string
 			go func() {
 				defer wg.Done()
 				if u, _ := g.take(tn, 30*time.Second, false, nil); u != nil {
-					got <- tn.name
+					got <- tn.Name
 				}
 			}()
 			// Arrivals in a known order: each waits before the next comes.
@@ -89,9 +89,9 @@ func TestFairGateSharesTokensByWeight(t *testing.T) {
 		wantQuiet     int // of 20 tokens
 	}{{1, 1, 10}, {1, 3, 15}} {
 		t.Run(fmt.Sprintf("%v:%v", tc.greedy, tc.quiet), func(t *testing.T) {
-			greedy := &tenant{name: "greedy", share: tc.greedy}
-			quiet := &tenant{name: "quiet", share: tc.quiet}
-			order := grantOrder(t, []*tenant{greedy, quiet}, []int{30, 30}, 20)
+			greedy := &Tenant{Name: "greedy", Share: tc.greedy}
+			quiet := &Tenant{Name: "quiet", Share: tc.quiet}
+			order := grantOrder(t, []*Tenant{greedy, quiet}, []int{30, 30}, 20)
 			if got := count(order, "quiet"); got < tc.wantQuiet-1 || got > tc.wantQuiet+1 {
 				t.Fatalf("quiet got %d of 20 tokens, want %d±1 (order %s)", got, tc.wantQuiet, strings.Join(order, " "))
 			}
@@ -101,8 +101,8 @@ func TestFairGateSharesTokensByWeight(t *testing.T) {
 
 // TestFairGateIsWorkConserving: a client alone takes every token.
 func TestFairGateIsWorkConserving(t *testing.T) {
-	alone := &tenant{name: "alone", share: 1}
-	order := grantOrder(t, []*tenant{alone}, []int{12}, 12)
+	alone := &Tenant{Name: "alone", Share: 1}
+	order := grantOrder(t, []*Tenant{alone}, []int{12}, 12)
 	if n := count(order, "alone"); n != 12 {
 		t.Fatalf("alone got %d of 12 tokens", n)
 	}
@@ -114,7 +114,7 @@ func TestFairGateIsWorkConserving(t *testing.T) {
 func TestFairGateDeadlines(t *testing.T) {
 	var tap tokenTap
 	g := newFairGate(tap.try)
-	a := &tenant{name: "a", share: 1}
+	a := &Tenant{Name: "a", Share: 1}
 	if u, _ := g.take(a, 20*time.Millisecond, false, nil); u != nil {
 		t.Fatal("a token from a dry budget")
 	}
@@ -147,7 +147,7 @@ func TestFairGateStraightThrough(t *testing.T) {
 	var tap tokenTap
 	tap.n.Store(1 << 40)
 	g := newFairGate(tap.try)
-	a := &tenant{name: "a", share: 1}
+	a := &Tenant{Name: "a", Share: 1}
 	allocs := testing.AllocsPerRun(1000, func() {
 		if u, _ := g.take(a, time.Second, false, nil); u == nil {
 			t.Fatal("no token from a full budget")
@@ -162,7 +162,7 @@ func BenchmarkFairGateStraightThrough(b *testing.B) {
 	var tap tokenTap
 	tap.n.Store(1 << 62)
 	g := newFairGate(tap.try)
-	a := &tenant{name: "a", share: 1}
+	a := &Tenant{Name: "a", Share: 1}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

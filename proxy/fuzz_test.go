@@ -149,7 +149,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		if codeErr == nil {
 			var q query
 			q.ParseKey(r, keys[r.ID])
-			a := p.store(s, q.request(false, false), p.clock(), upstreamAnswer{status: status, code: code, body: body})
+			a := p.store(s, q.request(false, false), p.clock(), Answer{Status: status, Code: code, Body: body})
 			switch {
 			case a.entry != nil && a.entry.Status == 0:
 				if held, err := a.entry.Inflate(nil); code != "0" || status != 200 || err != nil || !bytes.Equal(held, body) {

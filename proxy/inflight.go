@@ -133,12 +133,12 @@ var errBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service tempora
 // miss wait for a token (upstream.budget_wait; not at all with a stale copy
 // to serve or for a background refresh), or refuses it: counted in
 // upstream_throttled_total{source="bytes"}.
-func (p *Proxy) reserve(s *settings, f *fetchReq) (reservation, error) {
+func (p *Proxy) reserve(s *settings, f *Request) (reservation, error) {
 	wait := s.cfg.Upstream.BudgetWait
-	if f.haveStale || f.background {
+	if f.HaveStale || f.Background {
 		wait = 0
 	}
-	r, ok := p.fetching.acquire(f.route.ID, wait)
+	r, ok := p.fetching.acquire(f.Route.ID, wait)
 	if !ok {
 		p.metrics.Throttled.WithLabelValues("bytes").Inc()
 		return r, errBytes.With(nil, 0)

@@ -263,28 +263,28 @@ func (pl *pool) breakerOpen() bool {
 // what the edge already validated, so a refusal is rare, and one that
 // another account answers is the first account's failure, never a
 // negative answer to cache.
-func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
-	r := f.route
+func (pl *pool) fetch(f *Request) (Answer, error) {
+	r := f.Route
 	cfg := pl.cfg()
 	deadline := time.Now().Add(cfg.RetryMaxTime)
 	var avoid, refusedBy *upstream
-	var refused upstreamAnswer // refusedBy's refusal, while another account is asked
+	var refused Answer // refusedBy's refusal, while another account is asked
 	for attempt := 0; ; attempt++ {
-		_, bs := pl.tr.Span(f.trace, "budget")
+		_, bs := pl.tr.Span(f.Trace, "budget")
 		u, err := pl.take(r, cfg, f, avoid)
 		tracing.End(bs, err)
 		if err != nil {
 			if refusedBy != nil {
 				return refused, nil
 			}
-			return upstreamAnswer{}, err
+			return Answer{}, err
 		}
 		a, err := pl.attempt(u, r, cfg, f, attempt, deadline)
 		switch {
 		case refusedBy != nil:
-			if err == nil && !envelope.RefusedQuestion(a.status, a.code) {
+			if err == nil && !envelope.RefusedQuestion(a.Status, a.Code) {
 				refusedBy.refusedWrongly(r, u)
-				a.behind = pl.behind(u, f, a)
+				a.Behind = pl.behind(u, f, a)
 				return a, nil
 			}
 			if err == nil {
@@ -292,11 +292,11 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 			}
 			return refused, nil // no second opinion: the refusal stands
 		case err == nil:
-			if envelope.RefusedQuestion(a.status, a.code) && attempt < cfg.Retries && pl.another(u) {
+			if envelope.RefusedQuestion(a.Status, a.Code) && attempt < cfg.Retries && pl.another(u) {
 				refused, refusedBy, avoid = a, u, u
 				continue
 			}
-			if a.behind = pl.behind(u, f, a); a.behind > 0 && attempt < cfg.Retries && pl.another(u) {
+			if a.Behind = pl.behind(u, f, a); a.Behind > 0 && attempt < cfg.Retries && pl.another(u) {
 				avoid = u // a head page behind the head seen: another account may be current
 				continue
 			}
@@ -309,7 +309,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 				avoid = u
 				continue
 			}
-			return upstreamAnswer{}, err
+			return Answer{}, err
 		}
 		if attempt >= cfg.Retries {
 			return passOn(a, err)
@@ -326,7 +326,7 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 		}
 		backoff := jitter(cfg.RetryBackoff << attempt)
 		if time.Now().Add(backoff).After(deadline) {
-			return upstreamAnswer{}, err
+			return Answer{}, err
 		}
 		u.log.Debug("upstream retry", "route", r.Name, "account", u.name, "attempt", attempt+1, "backoff", backoff, "err", err)
 		avoid = nil
@@ -338,32 +338,32 @@ func (pl *pool) fetch(f *fetchReq) (upstreamAnswer, error) {
 // returns how many blocks its head page is behind the head seen. An
 // account behind is failing for its health (asked after the others) and
 // its lag is a gauge; a current head page sets the gauge to 0.
-func (pl *pool) behind(u *upstream, f *fetchReq, a upstreamAnswer) int64 {
-	if f.observe == nil || a.code != "0" || a.status != 200 {
+func (pl *pool) behind(u *upstream, f *Request, a Answer) int64 {
+	if f.Observe == nil || a.Code != "0" || a.Status != 200 {
 		return 0
 	}
-	lag := f.observe(a.body)
+	lag := f.Observe(a.Body)
 	if lag > 0 {
 		u.health.fail()
 	}
-	if f.headList {
-		pl.m.AccountHeadLag(u.name, f.chain, lag)
+	if f.HeadList {
+		pl.m.AccountHeadLag(u.name, f.Chain, lag)
 	}
 	return lag
 }
 
 // attempt makes one call of f on u through u's breaker, in a span of its
 // own.
-func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fetchReq, attempt int, deadline time.Time) (upstreamAnswer, error) {
-	ac, as := pl.tr.Span(f.trace, "upstream", attribute.String("account", u.name),
+func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *Request, attempt int, deadline time.Time) (Answer, error) {
+	ac, as := pl.tr.Span(f.Trace, "upstream", attribute.String("account", u.name),
 		attribute.String("route", r.Name), attribute.Int("attempt", attempt+1))
-	if f.tenant != nil {
-		f.tenant.acct.Called()
+	if f.Tenant != nil {
+		f.Tenant.Acct.Called()
 	}
-	var a upstreamAnswer
+	var a Answer
 	_, err := u.breaker.Execute(func() (struct{}, error) {
 		var err error
-		a, err = u.call(ac, r, f.key, min(cfg.Timeout, time.Until(deadline)))
+		a, err = u.call(ac, r, f.Key, min(cfg.Timeout, time.Until(deadline)))
 		return struct{}{}, err
 	})
 	if as != nil {
@@ -372,7 +372,7 @@ func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fe
 		if errors.As(err, &e) {
 			outcome = e.Reason
 		}
-		as.SetAttributes(attribute.Int("http.response.status_code", a.status), attribute.String("outcome", outcome))
+		as.SetAttributes(attribute.Int("http.response.status_code", a.Status), attribute.String("outcome", outcome))
 		tracing.End(as, err)
 	}
 	return a, err
@@ -382,11 +382,11 @@ func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *fe
 // the upstream is failing, which no other account could replace, goes to
 // the request path as the upstream sent it (passed through, or a stale
 // copy stands in); any other failure is the error.
-func passOn(a upstreamAnswer, err error) (upstreamAnswer, error) {
-	if a.body != nil {
+func passOn(a Answer, err error) (Answer, error) {
+	if a.Body != nil {
 		return a, nil
 	}
-	return upstreamAnswer{}, err
+	return Answer{}, err
 }
 
 // accountFault: the failure is the account's own (its credentials were
@@ -435,14 +435,14 @@ func throttledByUpstream(err error) bool {
 // take draws one token for an attempt of f from the best usable account,
 // or says why it may not go. Misses that must wait wait in the fair gate,
 // in turn with other clients' misses.
-func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *fetchReq, avoid *upstream) (*upstream, error) {
+func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *upstream) (*upstream, error) {
 	now := time.Now()
-	t := f.tenant
+	t := f.Tenant
 	if until, ok := pl.lockedUntil(now); ok {
 		pl.m.Throttled.WithLabelValues("upstream").Inc()
 		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
 		if t != nil {
-			t.acct.Refused(metrics.RefusedUpstream)
+			t.Acct.Refused(metrics.RefusedUpstream)
 		}
 		return nil, envelope.ErrThrottled.With(nil, ceilSeconds(until.Sub(now)))
 	}
@@ -456,20 +456,20 @@ func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *fetchReq, avoid *u
 	var u *upstream
 	var retry time.Duration
 	switch {
-	case (f.haveStale || f.background) && pl.refreshes.Allow():
+	case (f.HaveStale || f.Background) && pl.refreshes.Allow():
 		// A refresh of a copy clients are served from goes ahead of the
 		// misses, within its share of the budget.
 		u, retry = pl.gate.takeRefresh(cfg.BudgetWait, avoid)
-	case f.haveStale || f.background:
-		u, retry = pl.gate.take(t, 0, f.background, avoid)
+	case f.HaveStale || f.Background:
+		u, retry = pl.gate.take(t, 0, f.Background, avoid)
 	default:
 		u, retry = pl.gate.take(t, cfg.BudgetWait, false, avoid)
 	}
 	if u == nil {
 		pl.m.Throttled.WithLabelValues("budget").Inc()
 		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
-		if f.tenant != nil {
-			f.tenant.acct.Refused(metrics.RefusedBudget)
+		if f.Tenant != nil {
+			f.Tenant.Acct.Refused(metrics.RefusedBudget)
 		}
 		return nil, envelope.ErrBudget.With(nil, ceilSeconds(retry))
 	}

@@ -489,12 +489,12 @@ type answer struct {
 
 // load fetches f's key through the flight: concurrent identical misses
 // share one upstream call. leader tells whether this caller's fetch ran.
-func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err error) {
-	ch := p.flight.DoChan(f.key, func() (v any, err error) {
+func (p *Proxy) load(s *settings, f *Request) (a *answer, leader bool, err error) {
+	ch := p.flight.DoChan(f.Key, func() (v any, err error) {
 		defer p.recoverFlight(&err)
 		leader = true
 		var fs trace.Span
-		f.trace, fs = p.tr.Span(f.trace, "flight", attribute.String("cache.key", f.key))
+		f.Trace, fs = p.tr.Span(f.Trace, "flight", attribute.String("cache.key", f.Key))
 		a, err := p.fill(s, f)
 		tracing.End(fs, err)
 		return a, err
@@ -503,7 +503,7 @@ func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err erro
 	// does not cancel the leader's fetch, which still fills the cache.
 	res := <-ch
 	if !leader {
-		tracing.Joined(f.trace)
+		tracing.Joined(f.Trace)
 	}
 	if res.Err != nil {
 		a, _ := res.Val.(*answer) // may carry a stale copy from the shared tier
@@ -513,8 +513,8 @@ func (p *Proxy) load(s *settings, f *fetchReq) (a *answer, leader bool, err erro
 }
 
 // fill runs once per flight.
-func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
-	key := f.key
+func (p *Proxy) fill(s *settings, f *Request) (*answer, error) {
+	key := f.Key
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
 	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
@@ -527,7 +527,7 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// upstream outage has nothing of its own).
 	var shared *cache.Entry
 	if p.tier != nil {
-		_, ts := p.tr.Span(f.trace, "shared.get")
+		_, ts := p.tr.Span(f.Trace, "shared.get")
 		e := p.tier.Get(key, p.clock())
 		tracing.End(ts, nil)
 		if e != nil && p.observeEntry(f, e) > 0 {
@@ -538,18 +538,18 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 			p.cache.Set(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		case cache.Stale:
-			if !f.background {
+			if !f.Background {
 				p.cache.Set(e, p.clock())
 				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
 			}
 		}
-		if !f.haveStale && e != nil {
+		if !f.HaveStale && e != nil {
 			shared = e
 			g := *f // the flight's request stays as the handler made it
-			g.haveStale = true
+			g.HaveStale = true
 			f = &g
 		}
-		_, ts = p.tr.Span(f.trace, "shared.lock")
+		_, ts = p.tr.Span(f.Trace, "shared.lock")
 		unlock, e := p.tier.Lock(key, p.clock)
 		tracing.End(ts, nil)
 		defer unlock()
@@ -564,18 +564,18 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
-	var up upstreamAnswer
+	var up Answer
 	var took time.Duration
 	if err == nil {
 		g := *f
-		g.observe = func(body []byte) int64 { return p.observe(f, body, asked.UnixNano()) }
+		g.Observe = func(body []byte) int64 { return p.observe(f, body, asked.UnixNano()) }
 		t0 := time.Now()
 		up, err = p.up.fetch(&g)
 		took = time.Since(t0)
 	}
 	if err == nil {
 		a := p.store(s, f, asked, up)
-		p.fetching.release(w, len(up.body))
+		p.fetching.release(w, len(up.Body))
 		if a.entry == nil {
 			a.stale = shared
 		}
@@ -593,19 +593,19 @@ func (p *Proxy) fill(s *settings, f *fetchReq) (*answer, error) {
 // call, into an entry and caches it if its code is "0", or for the negative
 // time if it refuses the question. asked is when the question left: the
 // answer is as old as that.
-func (p *Proxy) store(s *settings, f *fetchReq, asked time.Time, up upstreamAnswer) *answer {
-	r, key, body := f.route, f.key, up.body
-	if up.code != "0" || up.status != fasthttp.StatusOK {
-		if envelope.RefusedQuestion(up.status, up.code) {
-			return p.storeRefusal(s, r, key, up.status, body)
+func (p *Proxy) store(s *settings, f *Request, asked time.Time, up Answer) *answer {
+	r, key, body := f.Route, f.Key, up.Body
+	if up.Code != "0" || up.Status != fasthttp.StatusOK {
+		if envelope.RefusedQuestion(up.Status, up.Code) {
+			return p.storeRefusal(s, r, key, up.Status, body)
 		}
-		return &answer{status: up.status, code: up.code, body: body}
+		return &answer{status: up.Status, code: up.Code, body: body}
 	}
-	class := r.Classify(route.Question{Height: f.height, Hashes: f.hashes, Final: p.truth.Final(f.chain)}, body)
+	class := r.Classify(route.Question{Height: f.Height, Hashes: f.Hashes, Final: p.truth.Final(f.Chain)}, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	e.Source = cache.SourceUpstream
 	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
-	if up.behind > 0 {
+	if up.Behind > 0 {
 		// A head page behind the head seen (every account asked lags):
 		// never stored, and served only when nothing newer is at hand.
 		return &answer{entry: e, behind: true}
@@ -633,9 +633,9 @@ func (p *Proxy) ttlFor(s *settings, r *route.Route, c cache.Class) time.Duration
 // one finished. A failed refresh leaves the entry be.
 func (p *Proxy) refresh(s *settings, q *query) {
 	f := q.request(true, true)
-	p.background([]string{f.key}, func([]string) {
+	p.background([]string{f.Key}, func([]string) {
 		if _, _, err := p.load(s, f); err != nil {
-			p.log.Debug("background refresh failed", "route", f.route.Name, "err", err)
+			p.log.Debug("background refresh failed", "route", f.Route.Name, "err", err)
 		}
 	})
 }

@@ -69,13 +69,13 @@ func isHeadList(r route.ID, height, page int64) bool {
 // observe feeds chain truth with the blocks of an answer to f asked at
 // asked (unix ns) and acts on the verdict. It returns how many blocks a
 // head list is behind the newest head seen (0: current).
-func (p *Proxy) observe(f *fetchReq, body []byte, asked int64) (behind int64) {
-	blocks := chainBlocks(f.route.ID, f.height, body)
+func (p *Proxy) observe(f *Request, body []byte, asked int64) (behind int64) {
+	blocks := chainBlocks(f.Route.ID, f.Height, body)
 	if len(blocks) == 0 {
 		return 0
 	}
-	v := p.truth.Observe(f.chain, blocks, asked, f.headList)
-	p.metrics.FinalHeight(f.chain, p.truth.Final(f.chain))
+	v := p.truth.Observe(f.Chain, blocks, asked, f.HeadList)
+	p.metrics.FinalHeight(f.Chain, p.truth.Final(f.Chain))
 	switch {
 	case v.Reorg != nil:
 		p.reorganized(v.Reorg)
@@ -88,8 +88,8 @@ func (p *Proxy) observe(f *fetchReq, body []byte, asked int64) (behind int64) {
 
 // observeEntry is observe for an entry read from the shared tier: another
 // node's answer, as old as its Stored time.
-func (p *Proxy) observeEntry(f *fetchReq, e *cache.Entry) (behind int64) {
-	if f.route.ID != route.BlockList && f.route.ID != route.TransactionList {
+func (p *Proxy) observeEntry(f *Request, e *cache.Entry) (behind int64) {
+	if f.Route.ID != route.BlockList && f.Route.ID != route.TransactionList {
 		return 0
 	}
 	e.WithIdentity(func(body []byte) error {
@@ -108,20 +108,20 @@ const probeLimit = 100
 // height below, and observes it: the search for an open reorganization's
 // fork goes on until its fork is found. A probe that fails ends the search
 // with what is known (truth.GiveUp).
-func (p *Proxy) probe(f *fetchReq, below int64) {
+func (p *Proxy) probe(f *Request, below int64) {
 	if below < 0 {
-		p.giveUp(f.chain)
+		p.giveUp(f.Chain)
 		return
 	}
 	r := &route.Table[route.BlockList]
-	key := r.Path + "?chainShortName=" + f.chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
-	g := &fetchReq{route: r, key: key, chain: f.chain, height: below, background: true, tenant: f.tenant}
+	key := r.Path + "?chainShortName=" + f.Chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
+	g := &Request{Route: r, Key: key, Chain: f.Chain, Height: below, Background: true, Tenant: f.Tenant}
 	s := p.settings.Load()
-	p.background([]string{"probe|" + f.chain}, func([]string) {
-		p.metrics.ReorgProbes.WithLabelValues(f.chain).Inc()
+	p.background([]string{"probe|" + f.Chain}, func([]string) {
+		p.metrics.ReorgProbes.WithLabelValues(f.Chain).Inc()
 		if _, _, err := p.load(s, g); err != nil {
-			p.log.Warn("reorganization probe failed; purged from the lowest height known replaced", "chain", f.chain, "below", below, "err", err)
-			p.giveUp(f.chain)
+			p.log.Warn("reorganization probe failed; purged from the lowest height known replaced", "chain", f.Chain, "below", below, "err", err)
+			p.giveUp(f.Chain)
 		}
 	})
 }

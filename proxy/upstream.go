@@ -172,7 +172,7 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(tc context.Context, r *route.Route, target string, timeout time.Duration) (upstreamAnswer, error) {
+func (u *upstream) call(tc context.Context, r *route.Route, target string, timeout time.Duration) (Answer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -208,7 +208,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 		}
 		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
-		return upstreamAnswer{}, e
+		return Answer{}, e
 	}
 	status := resp.StatusCode()
 	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
@@ -219,7 +219,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 		}
 		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
-		return upstreamAnswer{}, e.With(err, 0)
+		return Answer{}, e.With(err, 0)
 	}
 	code, _ := envelope.Code(body)
 	outcome, result := metrics.OutcomeOK, error(nil)
@@ -262,9 +262,9 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 	}
 	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.Name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
-	a := upstreamAnswer{status: status, code: code, body: body}
+	a := Answer{Status: status, Code: code, Body: body}
 	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
-		a = upstreamAnswer{}
+		a = Answer{}
 	}
 	return a, result
 }
