@@ -299,27 +299,34 @@ func (c *chain) tx(h int64, i int, b blockBody, pending, tokenView bool, interva
 			x.TokenID = utoa(1_000_001 + r.n(20))
 		}
 	default:
-		tk := c.tokenFor(t.class, r.next())
-		x.MethodID = tk.method
-		if !tokenView {
-			x.To, x.IsToContract = tk.address, true
-			break
-		}
-		x.To = recipient
-		x.TransactionSymbol = tk.symbol
-		x.TokenContractAddress = tk.address
-		switch tk.kind {
-		case "ERC20":
-			x.Amount = dec(1+r.n(1e12), 6)
-		case "ERC721":
-			x.Amount = "1"
-			x.TokenID = utoa(r.n(10_000))
-		default:
-			x.Amount = utoa(1 + r.n(50))
-			x.TokenID = utoa(r.n(200))
-		}
+		c.tokenTransfer(&x, t.class, &r, recipient, tokenView)
 	}
 	return x, t
+}
+
+// tokenTransfer fills in a transaction of a token contract of class: a
+// call to the contract in the normal view, the tokens it moves to
+// recipient in the token view.
+func (c *chain) tokenTransfer(x *blockTx, class int, r *rng, recipient string, tokenView bool) {
+	tk := c.tokenFor(class, r.next())
+	x.MethodID = tk.method
+	if !tokenView {
+		x.To, x.IsToContract = tk.address, true
+		return
+	}
+	x.To = recipient
+	x.TransactionSymbol = tk.symbol
+	x.TokenContractAddress = tk.address
+	switch tk.kind {
+	case "ERC20":
+		x.Amount = dec(1+r.n(1e12), 6)
+	case "ERC721":
+		x.Amount = "1"
+		x.TokenID = utoa(r.n(10_000))
+	default:
+		x.Amount = utoa(1 + r.n(50))
+		x.TokenID = utoa(r.n(200))
+	}
 }
 
 // protocolClass maps protocolType to the transaction class a token view

@@ -55,85 +55,31 @@ func (c *chain) crossRecords(s string, interval time.Duration) []crossTx {
 	if !ok || k >= crossCount {
 		return nil
 	}
+	// Every value is drawn from r in the order below: another order would
+	// change every transfer.
 	r := newRng(c.key, kindCross, k, 1)
-	crossType, txType := "Withdraw", "ChainXToTZ"
-	switch {
-	case isBatch(k):
-		crossType = "BatchWithdraw"
-	case r.n(2) == 0:
-		crossType, txType = "Deposit", "TZToChainX"
-	}
-	status := "0x1"
-	if r.n(100) < 7 {
-		status = "0x0"
-	}
-
-	// The layer-2 side is a real transaction of the simulated chain.
-	h := c.offset - 10 - int64(k/3)
-	b := c.body(h)
-	chainxTime := c.blockTimeMs(h, interval)
-	tzHeight := c.tzOffset - 20 - int64(k/2)
-	tzTime := chainxTime + 2000 + int64(r.n(30_000))
-	if txType == "TZToChainX" {
-		tzTime = chainxTime - 2000 - int64(r.n(30_000))
-	}
-	published := itoa(h)
-	if txType == "TZToChainX" {
-		published = itoa(tzHeight)
-	}
-
-	var tk *token
-	var tokenID string
-	if r.n(5) == 0 {
-		tk = &c.tokens[4]
-		tokenID = utoa(r.n(200))
-	} else {
-		tk = &c.tokens[r.n(3)]
-	}
-	legs := 1
-	if crossType == "BatchWithdraw" {
-		legs = 2
-	}
+	crossType, txType, status := crossKind(k, &r)
+	at := c.placeCross(k, txType, &r, interval)
+	tk, tokenID := c.crossToken(&r)
 	source := c.user(r.next())
-	type leg struct {
-		TargetAddress string `json:"targetAddress"`
-		Value         string `json:"value"`
-		ValueRaw      string `json:"valueRaw"`
-	}
-	detail := make([]leg, legs)
-	for i := range detail {
-		target := source
-		if legs > 1 || r.n(4) == 0 {
-			target = c.user(r.next())
-		}
-		detail[i].TargetAddress = target
-		if tk.kind == "ERC1155" {
-			n := utoa(1 + r.n(40))
-			detail[i].Value, detail[i].ValueRaw = n, n
-		} else {
-			micro := 1 + r.n(5e10) // display units, 6 digits
-			detail[i].Value = dec(micro, 6)
-			detail[i].ValueRaw = utoa(micro) + strings.Repeat("0", tk.decimals-6)
-		}
-	}
+	legs := c.crossLegs(&r, tk, source, crossType == "BatchWithdraw")
 	batchDetail := ""
-	if legs > 1 {
-		js, _ := json.Marshal(detail)
+	if len(legs) > 1 {
+		js, _ := json.Marshal(legs)
 		batchDetail = string(js)
 	}
-
 	event := r.n(200)
 	base := crossTx{
 		ID:                   strings.ToLower(s),
 		TxType:               txType,
 		CrossType:            crossType,
 		Status:               status,
-		ChainxTxHash:         c.txHash(h, int(r.n(uint64(b.txnCount)))),
-		ChainxBlockHeight:    itoa(h),
-		ChainxBlockTime:      itoa(chainxTime),
+		ChainxTxHash:         c.txHash(at.height, int(r.n(uint64(at.txnCount)))),
+		ChainxBlockHeight:    itoa(at.height),
+		ChainxBlockTime:      itoa(at.chainxTime),
 		TzTxHash:             c.hash(kindTZTx, k),
-		TzBlockHeight:        itoa(tzHeight),
-		TzBlockTime:          itoa(tzTime),
+		TzBlockHeight:        itoa(at.tzHeight),
+		TzBlockTime:          itoa(at.tzTime),
 		From:                 c.addr(kindRelayer, r.n(4)),
 		To:                   c.addr(kindBridge, 0),
 		SourceAddress:        source,
@@ -141,13 +87,13 @@ func (c *chain) crossRecords(s string, interval time.Duration) []crossTx {
 		TokenType:            tk.kind,
 		TokenID:              tokenID,
 		TokenName:            tk.name,
-		TzBlockHash:          c.hash(kindTZBlock, uint64(tzHeight)),
+		TzBlockHash:          c.hash(kindTZBlock, uint64(at.tzHeight)),
 		BatchDetail:          batchDetail,
-		UpdateTime:           itoa(max(chainxTime, tzTime) + 1000 + int64(r.n(5000))),
-		BlockHeight:          published,
+		UpdateTime:           itoa(max(at.chainxTime, at.tzTime) + 1000 + int64(r.n(5000))),
+		BlockHeight:          at.published,
 	}
-	out := make([]crossTx, legs)
-	for i, l := range detail {
+	out := make([]crossTx, len(legs))
+	for i, l := range legs {
 		out[i] = base
 		out[i].TargetAddress = l.TargetAddress
 		out[i].Value = l.Value
@@ -155,4 +101,87 @@ func (c *chain) crossRecords(s string, interval time.Duration) []crossTx {
 		out[i].TzEventIndex = utoa(event + uint64(i))
 	}
 	return out
+}
+
+// crossKind draws the kind of transfer k and whether it succeeded.
+func crossKind(k uint64, r *rng) (crossType, txType, status string) {
+	crossType, txType = "Withdraw", "ChainXToTZ"
+	switch {
+	case isBatch(k):
+		crossType = "BatchWithdraw"
+	case r.n(2) == 0:
+		crossType, txType = "Deposit", "TZToChainX"
+	}
+	status = "0x1"
+	if r.n(100) < 7 {
+		status = "0x0"
+	}
+	return crossType, txType, status
+}
+
+// crossPlace is where a transfer lies on both chains.
+type crossPlace struct {
+	height, tzHeight   int64  // its blocks here and on TZ
+	txnCount           int    // transactions of its block here
+	chainxTime, tzTime int64  // unix ms
+	published          string // blockHeight: the height on the chain it left
+}
+
+// placeCross places transfer k: the layer-2 side is a real transaction
+// of the simulated chain; the other side follows or precedes it on TZ.
+func (c *chain) placeCross(k uint64, txType string, r *rng, interval time.Duration) crossPlace {
+	h := c.offset - 10 - int64(k/3)
+	at := crossPlace{height: h, txnCount: c.body(h).txnCount, chainxTime: c.blockTimeMs(h, interval)}
+	at.tzHeight = c.tzOffset - 20 - int64(k/2)
+	at.tzTime = at.chainxTime + 2000 + int64(r.n(30_000))
+	at.published = itoa(h)
+	if txType == "TZToChainX" {
+		// A deposit draws its time again, after the draw above: what is
+		// drawn later stays as it always was.
+		at.tzTime = at.chainxTime - 2000 - int64(r.n(30_000))
+		at.published = itoa(at.tzHeight)
+	}
+	return at
+}
+
+// crossToken draws the token a transfer moves: one of the ERC20s, or an
+// ERC1155 item with its id.
+func (c *chain) crossToken(r *rng) (tk *token, tokenID string) {
+	if r.n(5) == 0 {
+		return &c.tokens[4], utoa(r.n(200))
+	}
+	return &c.tokens[r.n(3)], ""
+}
+
+// crossLeg is one target of a transfer (an element of batchDetail).
+type crossLeg struct {
+	TargetAddress string `json:"targetAddress"`
+	Value         string `json:"value"`
+	ValueRaw      string `json:"valueRaw"`
+}
+
+// crossLegs draws a transfer's targets and values: two for a batch, one
+// otherwise, most often back to source.
+func (c *chain) crossLegs(r *rng, tk *token, source string, batch bool) []crossLeg {
+	size := 1
+	if batch {
+		size = 2
+	}
+	legs := make([]crossLeg, size)
+	for i := range legs {
+		target := source
+		if batch || r.n(4) == 0 {
+			target = c.user(r.next())
+		}
+		legs[i].TargetAddress = target
+		if tk.kind == "ERC1155" {
+			n := utoa(1 + r.n(40))
+			legs[i].Value, legs[i].ValueRaw = n, n
+		} else {
+			micro := 1 + r.n(5e10) // display units, 6 digits
+			legs[i].Value = dec(micro, 6)
+			legs[i].ValueRaw = utoa(micro) + strings.Repeat("0", tk.decimals-6)
+		}
+	}
+	return legs
 }

@@ -44,15 +44,6 @@ var routeTable = []route{
 	{RouteInternalTransactionMulti, "/api/v5/chainx/transaction/internal-transaction-multi", "txId", (*Server).internalTransactionMulti},
 }
 
-// Routes returns the route names and their paths, in the spec's order.
-func Routes() [][2]string {
-	out := make([][2]string, len(routeTable))
-	for i, rt := range routeTable {
-		out[i] = [2]string{rt.name, rt.path}
-	}
-	return out
-}
-
 // chainPage is the paged wrapper of block-list and transaction-list.
 type chainPage[T any] struct {
 	Page           string `json:"page"`

@@ -259,17 +259,26 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		}
 		kind = f.pick()
 	}
+	if s.injectAnswer(w, r, kind, f) {
+		return
+	}
+	status, body := s.answer(r, rt)
+	status, body = spoil(kind, f, status, body)
+	writeJSON(w, status, body)
+}
+
+// injectAnswer answers with fault kind in place of the route's answer, or
+// with none at all. It reports false for a kind that leaves the answer to
+// the route (spoil may change it after).
+func (s *Server) injectAnswer(w http.ResponseWriter, r *http.Request, kind int, f Faults) bool {
 	switch kind {
 	case faultHTTP500:
 		writeJSON(w, http.StatusInternalServerError, envelope(codeServer, "System error (injected fault)"))
-		return
 	case faultHTTP429:
 		w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
 		writeJSON(w, http.StatusTooManyRequests, envelope(codeRateLimit, "Too Many Requests (injected fault)"))
-		return
 	case faultEnvelope:
 		writeJSON(w, http.StatusOK, envelope(f.EnvelopeCode, "injected error envelope"))
-		return
 	case faultHang:
 		s.waiting()
 		select {
@@ -277,16 +286,19 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		case <-s.done:
 		}
 		abort(w) // never an empty 200 when the handler returns
-		return
 	case faultDrop:
 		abort(w)
-		return
 	case faultGzipBomb:
 		s.writeGzipBomb(w, f.GzipBombBytes)
-		return
+	default:
+		return false
 	}
+	return true
+}
 
-	status, body := s.answer(r, rt)
+// spoil turns the route's answer into what fault kind makes of it: not
+// JSON, cut in half, or padded to f.OversizedBytes; other kinds leave it.
+func spoil(kind int, f Faults, status int, body []byte) (int, []byte) {
 	switch kind {
 	case faultMalformed:
 		status, body = http.StatusOK, []byte(`{"code":"0","msg":"","data":[{"page":"1" "limit":}`)
@@ -296,7 +308,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rt *route) {
 		pad := max(f.OversizedBytes-len(body), 0)
 		status, body = http.StatusOK, append(bytes.Repeat([]byte{' '}, pad), body...)
 	}
-	writeJSON(w, status, body)
+	return status, body
 }
 
 // answer computes the route's envelope and its HTTP status.
