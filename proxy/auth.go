@@ -12,6 +12,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/upstream"
 	"explorer-edge/signer"
 )
 
@@ -31,7 +32,7 @@ type admission struct {
 	// anon is the tenant of unsigned traffic (auth off): one pool, not
 	// one per address, which an attacker with many addresses would
 	// multiply.
-	anon *Tenant
+	anon *upstream.Tenant
 }
 
 type client struct {
@@ -39,14 +40,14 @@ type client struct {
 	passphrase []byte
 	signer     *signer.Signer
 	limiter    *rate.Limiter // nil = no limit
-	tenant     *Tenant
+	tenant     *upstream.Tenant
 	policy     []byte // its RateLimit-Policy value; nil without a limit
 }
 
 func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
 		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m,
-		anon: &Tenant{Name: "anonymous", Share: 1}}
+		anon: &upstream.Tenant{Name: "anonymous", Share: 1}}
 	if !a.signed { // signed, no request is anonymous: no series that cannot move
 		a.anon.Acct = m.Client("anonymous")
 	}
@@ -57,7 +58,7 @@ func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 		}
 		cl := &client{name: c.Name, passphrase: []byte(c.Passphrase),
 			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase}),
-			tenant: &Tenant{Name: c.Name, Share: share, Acct: m.Client(c.Name)}}
+			tenant: &upstream.Tenant{Name: c.Name, Share: share, Acct: m.Client(c.Name)}}
 		if c.Rate > 0 {
 			cl.limiter = rate.NewLimiter(rate.Limit(c.Rate), c.Burst)
 			cl.policy = rateLimitPolicy(c.Rate, c.Burst)
@@ -122,6 +123,9 @@ var (
 	errClientLimited = &envelope.Error{Status: 429, Code: "50011", Msg: "Too Many Requests", RetryAfter: 1}
 )
 
+// The signed headers of a client request (package signer names them).
+var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.HeaderSign), []byte(signer.HeaderPassphrase), []byte(signer.HeaderTimestamp)
+
 var methodGET = []byte("GET")
 
 // admit returns a nil error when the request may go on, and the signed
@@ -138,13 +142,13 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *en
 	if c.limiter != nil && !c.limiter.AllowN(now, 1) {
 		a.m.Reject(metrics.RejectRateLimit)
 		c.tenant.Acct.Refused(metrics.RefusedRateLimit)
-		return c, errClientLimited.With(nil, ceilSeconds(untilToken(c.limiter, now)))
+		return c, errClientLimited.With(nil, envelope.CeilSeconds(untilToken(c.limiter, now)))
 	}
 	return c, nil
 }
 
 // tenantOf is who a request of c is charged to.
-func (a *admission) tenantOf(c *client) *Tenant {
+func (a *admission) tenantOf(c *client) *upstream.Tenant {
 	if c == nil {
 		return a.anon
 	}
@@ -159,7 +163,7 @@ func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.E
 	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
 		a.anon.Acct.Refused(metrics.RefusedRateLimit)
-		return errClientLimited.With(nil, ceilSeconds(wait))
+		return errClientLimited.With(nil, envelope.CeilSeconds(wait))
 	}
 	return nil
 }

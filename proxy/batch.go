@@ -16,6 +16,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/upstream"
 )
 
 // transaction-multi and transaction-fills return the same records, so they
@@ -45,7 +46,7 @@ type batchGroup struct {
 	chain  string
 	hashes []string
 	calls  []*hashCall
-	tenant *Tenant // who opened it pays for the call; who joined pays nothing
+	tenant *upstream.Tenant // who opened it pays for the call; who joined pays nothing
 }
 
 type batcher struct {
@@ -109,7 +110,7 @@ type batchParts struct {
 	stale      []string       // hashes served stale, to refresh
 	fromCache  int            // items found fresh or stale
 	fromShared int            // of those, found in the shared tier
-	tenant     *Tenant
+	tenant     *upstream.Tenant
 }
 
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
@@ -151,7 +152,7 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 
 // refreshParts fetches stale hashes in the background, once each however
 // many requests see them stale.
-func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *Tenant) {
+func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *upstream.Tenant) {
 	if len(stale) == 0 {
 		return
 	}
@@ -266,7 +267,7 @@ func assemble(key string, items []*cache.Entry) (*cache.Entry, []byte) {
 // gathered groups, and waits for them. haveCopy[i] tells whether hashes[i]
 // has a copy that can stand in if its call fails: a call waits for the
 // budget unless every hash it asks has one, whoever opened its group.
-func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []bool, t *Tenant) []*hashCall {
+func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []bool, t *upstream.Tenant) []*hashCall {
 	calls := make([]*hashCall, len(hashes))
 	b.mu.Lock()
 	for i, h := range hashes {
@@ -372,7 +373,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		key.WriteString(g.hashes[i])
 	}
 	sent := p.clock() // the answer is as old as the question
-	up, err := p.up.fetch(&Request{Route: r, Key: key.String(), Chain: g.chain, Height: -1, HaveStale: haveStale, Tenant: g.tenant})
+	up, err := p.up.Fetch(&upstream.Request{Route: r, Key: key.String(), Chain: g.chain, Height: -1, HaveStale: haveStale, Tenant: g.tenant})
 	body := up.Body
 	if err == nil && (up.Code != "0" || up.Status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(body, "msg")

@@ -234,7 +234,7 @@ func TestPerHashBatches(t *testing.T) {
 		wg.Wait()
 		st := h.sim.Stats()
 		if st.Routes["transaction-multi"] != 1 || st.Routes["transaction-fills"] != 0 || st.Hashes["transaction-multi"] != 20 {
-			t.Fatalf("sim saw %v route.Table, %v hashes; want one 20-hash transaction-multi", st.Routes, st.Hashes)
+			t.Fatalf("sim saw %v routes, %v hashes; want one 20-hash transaction-multi", st.Routes, st.Hashes)
 		}
 	})
 

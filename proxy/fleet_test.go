@@ -25,6 +25,7 @@ import (
 	"explorer-edge/internal/testkit"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/upstream"
 	"explorer-edge/sim"
 )
 
@@ -142,7 +143,9 @@ func startFleetEdge(base *harness, wrap ...func(*fleet.Redis) Tier) *fleetEdge {
 			t.Fatal(err)
 		}
 		o.Tier, o.Budget = e.shared, e.shared.Budget()
-		o.AccountBudget = func(name string, rate float64, burst int) Budget { return e.shared.AccountBudget(name, rate, burst) }
+		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
+			return e.shared.AccountBudget(name, rate, burst)
+		}
 		for _, w := range wrap {
 			o.Tier = w(e.shared)
 		}

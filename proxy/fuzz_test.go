@@ -15,6 +15,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/upstream"
 )
 
 var fuzzChains = []string{"CHAINX", "TRADE_ZONE"}
@@ -149,7 +150,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 		if codeErr == nil {
 			var q query
 			q.ParseKey(r, keys[r.ID])
-			a := p.store(s, q.request(false, false), p.clock(), Answer{Status: status, Code: code, Body: body})
+			a := p.store(s, q.request(false, false), p.clock(), upstream.Answer{Status: status, Code: code, Body: body})
 			switch {
 			case a.entry != nil && a.entry.Status == 0:
 				if held, err := a.entry.Inflate(nil); code != "0" || status != 200 || err != nil || !bytes.Equal(held, body) {

@@ -177,7 +177,7 @@ func (p *Proxy) serveInspectCache(ctx *fasthttp.RequestCtx) {
 	}
 	r := route.ByPath(u.Path())
 	if r == nil {
-		adminError(ctx, envelope.Invalid("url", "path is none of the six route.Table ("+strings.Join(route.Names(), ", ")+")"))
+		adminError(ctx, envelope.Invalid("url", "path is none of the six routes ("+strings.Join(route.Names(), ", ")+")"))
 		return
 	}
 	// The public path's parsing: a question it refuses is refused here

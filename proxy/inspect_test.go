@@ -167,7 +167,7 @@ func TestInspectCacheWholeKey(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/cache":                        `{"code":"50014","msg":"Parameter url cannot be empty","data":[]}`,
-		"/cache?url=%2Fapi%2Fv5%2Fnope": `Parameter url error: path is none of the six route.Table`,
+		"/cache?url=%2Fapi%2Fv5%2Fnope": `Parameter url error: path is none of the six routes`,
 	} {
 		if r := h.adminGet("GET", path, "Bearer "+testPurgeToken); r.status != 400 || !strings.Contains(string(r.body), want) {
 			t.Errorf("%s: %d %s, want 400 %s", path, r.status, r.body, want)

@@ -20,6 +20,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/upstream"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -175,7 +176,9 @@ func (m *chainModel) startNode() {
 			m.t.Fatal(err)
 		}
 		o.Tier, o.Budget, o.Tracer = e.shared, e.shared.Budget(), m.tp
-		o.AccountBudget = func(name string, rate float64, burst int) Budget { return e.shared.AccountBudget(name, rate, burst) }
+		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
+			return e.shared.AccountBudget(name, rate, burst)
+		}
 		return func() { e.shared.Close() }
 	})
 	m.nodes = append(m.nodes, &modelNode{e: e, live: true})

@@ -246,7 +246,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 	c := newContract(t, h)
 	targets := h.targets()
 	if len(targets) != len(c.doc.Paths.Map()) {
-		t.Errorf("%d route.Table asked, the file has %d paths", len(targets), len(c.doc.Paths.Map()))
+		t.Errorf("%d routes asked, the file has %d paths", len(targets), len(c.doc.Paths.Map()))
 	}
 	for _, name := range route.Names() {
 		target := targets[name]

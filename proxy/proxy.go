@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +25,7 @@ import (
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/tracing"
 	"explorer-edge/proxy/truth"
+	"explorer-edge/proxy/upstream"
 )
 
 // settings are the parts of the configuration a reload may change. They are
@@ -47,11 +47,10 @@ type Proxy struct {
 	cache    *cache.Cache
 	metrics  *metrics.Metrics
 	log      *slog.Logger
-	up       *pool // the upstream accounts
+	up       *upstream.Pool // the upstream accounts
 	flight   singleflight.Group
 	batch    *batcher
 	tier     Tier          // second cache tier and fleet coordination; nil on a single node
-	fetching *inflight     // bytes of upstream answers being read and stored (inflight.go)
 	truth    *truth.Chains // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	chains   []string      // upper case, in configured order: the chain tags (tags.go)
 	purges   purgeLog      // recent purges, judging answers stored after them (purgelog.go)
@@ -89,10 +88,10 @@ type Options struct {
 	Logger  *slog.Logger     // nil = discard
 	Now     func() time.Time // nil = time.Now
 	Tier    Tier             // nil = single node
-	Budget  Budget           // upstream quota; nil = a local token bucket of upstream.rate
+	Budget  upstream.Budget  // upstream quota; nil = a local token bucket of upstream.rate
 	// AccountBudget makes the budgets of upstream.accounts; nil = local
 	// token buckets of their rates.
-	AccountBudget AccountBudget
+	AccountBudget upstream.AccountBudget
 	// Tracer turns tracing on (NewTracerProvider); nil = off.
 	Tracer trace.TracerProvider
 }
@@ -101,9 +100,6 @@ type Options struct {
 func New(cfg config.Config, o Options) (*Proxy, error) {
 	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: tracing.New(o.Tracer),
 		refreshing: map[string]struct{}{}}
-	// An eighth of the cache's bytes in answers being fetched at once, and
-	// never less than one answer of the largest size.
-	p.fetching = newInflight(max(cfg.Cache.MaxBytes/8, int64(cfg.Upstream.MaxResponseBytes)))
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,12 +126,13 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.top.init(cfg.Admin.TopSample)
 	p.configApplied(&cfg, true)
 	p.ids.init()
-	if p.up, err = newPool(cfg.Upstream, p.metrics, p.log, o.Budget, o.AccountBudget); err != nil {
+	p.up, err = upstream.NewPool(cfg.Upstream, upstream.Options{Metrics: p.metrics, Log: p.log,
+		Budget: o.Budget, AccountBudget: o.AccountBudget, Tracing: p.tr, Sample: p.sampleWarn,
+		// An eighth of the cache's bytes in answers being fetched at once,
+		// and never less than one answer of the largest size.
+		InflightBytes: max(cfg.Cache.MaxBytes/8, int64(cfg.Upstream.MaxResponseBytes))})
+	if err != nil {
 		return nil, err
-	}
-	p.up.tr = p.tr
-	for _, u := range p.up.accts {
-		u.sample = p.sampleWarn
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.queries.New = func() any {
@@ -182,7 +179,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 		return err
 	}
 	s.auth.inherit(old.auth)
-	p.up.reconfigure(cfg.Upstream)
+	p.up.Reconfigure(cfg.Upstream)
 	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
@@ -207,22 +204,22 @@ func (p *Proxy) Ready() (bool, string) {
 		return false, "draining"
 	}
 	empty := p.cache.Entries() == 0
-	if p.up.breakerOpen() && empty {
+	if p.up.BreakerOpen() && empty {
 		return false, "upstream breaker open and nothing cached"
 	}
-	if until, ok := p.up.lockedUntil(time.Now()); ok {
+	if until, ok := p.up.LockedUntil(time.Now()); ok {
 		why := "upstream throttled until " + until.UTC().Format(time.RFC3339)
 		if empty {
 			return false, why + " and nothing cached"
 		}
 		return true, "ok; " + why + ", serving cached answers"
 	}
-	if notReady, why := p.selfCheckReason(empty); notReady {
+	if notReady, why := p.up.SelfCheckReason(empty); notReady {
 		return false, why + "; nothing cached"
 	} else if why != "" {
 		return true, "ok; " + why
 	}
-	if failing := p.up.failing(); failing != "" {
+	if failing := p.up.Failing(); failing != "" {
 		return true, "ok; failing upstream accounts (asked only when no other can be): " + failing
 	}
 	return true, "ok"
@@ -489,7 +486,7 @@ type answer struct {
 
 // load fetches f's key through the flight: concurrent identical misses
 // share one upstream call. leader tells whether this caller's fetch ran.
-func (p *Proxy) load(s *settings, f *Request) (a *answer, leader bool, err error) {
+func (p *Proxy) load(s *settings, f *upstream.Request) (a *answer, leader bool, err error) {
 	ch := p.flight.DoChan(f.Key, func() (v any, err error) {
 		defer p.recoverFlight(&err)
 		leader = true
@@ -513,7 +510,7 @@ func (p *Proxy) load(s *settings, f *Request) (a *answer, leader bool, err error
 }
 
 // fill runs once per flight.
-func (p *Proxy) fill(s *settings, f *Request) (*answer, error) {
+func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	key := f.Key
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
@@ -559,30 +556,30 @@ func (p *Proxy) fill(s *settings, f *Request) (*answer, error) {
 		}
 	}
 	// Room for the answer, within budget_wait, or refused like the budget
-	// refuses (inflight.go).
-	w, err := p.reserve(s, f)
+	// refuses (bytegate.go).
+	w, err := p.up.Reserve(f)
 	// The answer is as old as the question: the upstream may have answered
 	// with what it knew when the call left.
 	asked := p.clock()
-	var up Answer
+	var up upstream.Answer
 	var took time.Duration
 	if err == nil {
 		g := *f
 		g.Observe = func(body []byte) int64 { return p.observe(f, body, asked.UnixNano()) }
 		t0 := time.Now()
-		up, err = p.up.fetch(&g)
+		up, err = p.up.Fetch(&g)
 		took = time.Since(t0)
 	}
 	if err == nil {
 		a := p.store(s, f, asked, up)
-		p.fetching.release(w, len(up.Body))
+		p.up.Release(w, len(up.Body))
 		if a.entry == nil {
 			a.stale = shared
 		}
 		a.upstream = took
 		return a, nil
 	}
-	p.fetching.release(w, 0)
+	p.up.Release(w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.cache.Set(shared, p.clock()) // the next request finds it here
 	}
@@ -593,7 +590,7 @@ func (p *Proxy) fill(s *settings, f *Request) (*answer, error) {
 // call, into an entry and caches it if its code is "0", or for the negative
 // time if it refuses the question. asked is when the question left: the
 // answer is as old as that.
-func (p *Proxy) store(s *settings, f *Request, asked time.Time, up Answer) *answer {
+func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upstream.Answer) *answer {
 	r, key, body := f.Route, f.Key, up.Body
 	if up.Code != "0" || up.Status != fasthttp.StatusOK {
 		if envelope.RefusedQuestion(up.Status, up.Code) {
@@ -693,10 +690,14 @@ func (p *Proxy) Close(ctx context.Context) error {
 	}
 }
 
-// jitter returns a random duration in [0, d).
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(d)))
+// SelfCheck asks every upstream account the cheapest question of the
+// first chain (upstream/selfcheck.go) and keeps the results for Ready.
+func (p *Proxy) SelfCheck(ctx context.Context) error {
+	return p.up.SelfCheck(ctx, p.chains[0])
+}
+
+// RetrySelfCheck asks the accounts that failed SelfCheck again every
+// `every` until each answers or ctx ends.
+func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
+	p.up.RetrySelfCheck(ctx, p.chains[0], every)
 }

@@ -202,7 +202,7 @@ func (p *Proxy) selectURL(sel *selector, req *purgeRequest, s *settings) *envelo
 	}
 	r := route.ByPath(u.Path())
 	if r == nil {
-		return envelope.Invalid("url", "path is none of the six route.Table")
+		return envelope.Invalid("url", "path is none of the six routes")
 	}
 	var q query
 	if e := q.Parse(r, u.QueryArgs(), s.chains); e != nil {

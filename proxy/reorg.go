@@ -9,6 +9,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/truth"
+	"explorer-edge/proxy/upstream"
 )
 
 // Chain truth (package truth) is fed here, explicitly, by the request
@@ -69,7 +70,7 @@ func isHeadList(r route.ID, height, page int64) bool {
 // observe feeds chain truth with the blocks of an answer to f asked at
 // asked (unix ns) and acts on the verdict. It returns how many blocks a
 // head list is behind the newest head seen (0: current).
-func (p *Proxy) observe(f *Request, body []byte, asked int64) (behind int64) {
+func (p *Proxy) observe(f *upstream.Request, body []byte, asked int64) (behind int64) {
 	blocks := chainBlocks(f.Route.ID, f.Height, body)
 	if len(blocks) == 0 {
 		return 0
@@ -88,7 +89,7 @@ func (p *Proxy) observe(f *Request, body []byte, asked int64) (behind int64) {
 
 // observeEntry is observe for an entry read from the shared tier: another
 // node's answer, as old as its Stored time.
-func (p *Proxy) observeEntry(f *Request, e *cache.Entry) (behind int64) {
+func (p *Proxy) observeEntry(f *upstream.Request, e *cache.Entry) (behind int64) {
 	if f.Route.ID != route.BlockList && f.Route.ID != route.TransactionList {
 		return 0
 	}
@@ -108,14 +109,14 @@ const probeLimit = 100
 // height below, and observes it: the search for an open reorganization's
 // fork goes on until its fork is found. A probe that fails ends the search
 // with what is known (truth.GiveUp).
-func (p *Proxy) probe(f *Request, below int64) {
+func (p *Proxy) probe(f *upstream.Request, below int64) {
 	if below < 0 {
 		p.giveUp(f.Chain)
 		return
 	}
 	r := &route.Table[route.BlockList]
 	key := r.Path + "?chainShortName=" + f.Chain + "&height=" + strconv.FormatInt(below, 10) + "&limit=" + strconv.Itoa(probeLimit)
-	g := &Request{Route: r, Key: key, Chain: f.Chain, Height: below, Background: true, Tenant: f.Tenant}
+	g := &upstream.Request{Route: r, Key: key, Chain: f.Chain, Height: below, Background: true, Tenant: f.Tenant}
 	s := p.settings.Load()
 	p.background([]string{"probe|" + f.Chain}, func([]string) {
 		p.metrics.ReorgProbes.WithLabelValues(f.Chain).Inc()

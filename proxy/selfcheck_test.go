@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,8 +118,21 @@ func TestSelfCheckSaysWhetherTheUpstreamWorks(t *testing.T) {
 		t.Fatalf("failing upstream: Ready() = %v %q", ready, why)
 	}
 	// A client's good answer clears it as well.
-	down2 := newHarness(t)
-	down2.p.up.accts[0].checked.Store(&selfCheckState{misconfigured: true, why: "test"})
+	var refuse atomic.Bool // the upstream says 404 while set: base_url wrong
+	down2 := newHarnessWrapped(t, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if refuse.Load() {
+				w.WriteHeader(404)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	refuse.Store(true)
+	if err := down2.p.SelfCheck(context.Background()); err == nil {
+		t.Fatal("an upstream answering 404 passed the self-check")
+	}
+	refuse.Store(false)
 	if ready, _ := down2.p.Ready(); ready {
 		t.Fatal("a refused self-check with nothing cached is ready")
 	}

@@ -20,6 +20,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/upstream"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -126,7 +127,7 @@ func TestUpstreamGzipBombIsBounded(t *testing.T) {
 
 // countingBudget counts the tokens its budget hands out.
 type countingBudget struct {
-	Budget
+	upstream.Budget
 	taken atomic.Int64
 }
 
@@ -154,7 +155,7 @@ func TestUpstreamEveryAttemptTakesAToken(t *testing.T) {
 	})
 	var logs testkit.LogBuffer
 	h.log = slog.New(slog.NewJSONHandler(&logs, nil))
-	budget := &countingBudget{Budget: newLocalBudget(rate, burst)}
+	budget := &countingBudget{Budget: upstream.NewLocalBudget(rate, burst)}
 	h.startWith(func(o *Options) func() { o.Budget = budget; return func() {} })
 
 	head := h.sim.Head("CHAINX")
@@ -305,45 +306,6 @@ func TestUpstreamRetryAfterIsCapped(t *testing.T) {
 	testkit.WaitFor(t, "the capped lock-out to end", func() bool { _, why := h.p.Ready(); return why == "ok" })
 	if r := h.get(target(4)); r.status != 200 {
 		t.Errorf("after the capped lock-out: %d %.100s, want 200", r.status, r.body)
-	}
-}
-
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-	f := func(v string, want time.Duration) {
-		t.Helper()
-		if got := retryAfter([]byte(v), now, time.Minute); got != want {
-			t.Errorf("retryAfter(%q) = %v, want %v", v, got, want)
-		}
-	}
-	f("", time.Second)
-	f("garbage", time.Second)
-	f("0", time.Second)
-	f("-5", time.Second)
-	f(" 7 ", 7*time.Second)
-	f("60", time.Minute)
-	f("31536000", time.Minute)
-	f("9223372036854775807", time.Minute) // would overflow a Duration
-	f(now.Add(20*time.Second).Format(http.TimeFormat), 20*time.Second)
-	f(now.AddDate(1, 0, 0).Format(http.TimeFormat), time.Minute)
-	f(now.Add(-time.Hour).Format(http.TimeFormat), time.Second)
-}
-
-// TestUpstreamLockoutEndsOnAnAnswerSentAfterIt: a good answer to a call
-// sent after the 429 ends the lock-out; one to a call already in flight
-// when the 429 came does not.
-func TestUpstreamLockoutEndsOnAnAnswerSentAfterIt(t *testing.T) {
-	h := newHarness(t)
-	u := h.p.up.accts[0]
-	now := time.Now()
-	u.throttled([]byte("30"), now)
-	u.recovered(now.Add(-time.Millisecond))
-	if _, ok := u.lockedUntil(time.Now()); !ok {
-		t.Errorf("an answer to a call sent before the 429 ended the lock-out")
-	}
-	u.recovered(now.Add(time.Millisecond))
-	if until, ok := u.lockedUntil(time.Now()); ok {
-		t.Errorf("an answer to a call sent after the 429 left the lock-out until %v", until)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"explorer-edge/proxy"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/tracing"
+	"explorer-edge/proxy/upstream"
 )
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -220,7 +221,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		}
 		defer shared.Close()
 		opts.Tier, opts.Budget = shared, shared.Budget()
-		opts.AccountBudget = func(name string, rate float64, burst int) proxy.Budget {
+		opts.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
 			return shared.AccountBudget(name, rate, burst)
 		}
 	}

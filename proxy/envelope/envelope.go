@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/buger/jsonparser"
 	"github.com/valyala/fasthttp"
@@ -194,4 +195,10 @@ func Code(body []byte) (string, error) {
 		}
 	}
 	return code, nil
+}
+
+// CeilSeconds is d in whole seconds for a Retry-After, rounded up, at
+// least 1.
+func CeilSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"time"
@@ -17,6 +17,6 @@ type Budget interface {
 	SetRate(perSecond float64, burst int)
 }
 
-// newLocalBudget is the single node's budget: the edge's one local bucket
+// NewLocalBudget is the single node's budget: the edge's one local bucket
 // (package quota).
-func newLocalBudget(perSecond float64, burst int) Budget { return quota.New(perSecond, burst) }
+func NewLocalBudget(perSecond float64, burst int) Budget { return quota.New(perSecond, burst) }

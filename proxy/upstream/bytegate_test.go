@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"explorer-edge/proxy/route"
@@ -12,9 +12,9 @@ import (
 // answered, is not held back.
 func TestInflightBoundsLargeAnswers(t *testing.T) {
 	const mb = 1 << 20
-	f := newInflight(32 << 20) // the default: an eighth of 256 MiB
+	f := NewByteGate(32 << 20) // the default: an eighth of 256 MiB
 	big, small := route.TransactionList, route.BlockList
-	acquire := func(id route.ID) reservation {
+	acquire := func(id route.ID) Reservation {
 		t.Helper()
 		r, ok := f.acquire(id, time.Minute)
 		if !ok {
@@ -28,14 +28,14 @@ func TestInflightBoundsLargeAnswers(t *testing.T) {
 	} else {
 		f.release(r, 8_000_000) // learns 8 MB answers
 	}
-	var held []reservation
+	var held []Reservation
 	for range 4 { // four at once, as before the lanes (bench/membound)
 		held = append(held, acquire(big))
 	}
 	if held[0].n != 8_000_000 || held[0].sem != f.large || f.large.TryAcquire(1<<20) {
 		t.Fatalf("fetches of 8 MB answers reserve %d, or four leave room for 1 MB more", held[0].n)
 	}
-	done := make(chan reservation)
+	done := make(chan Reservation)
 	go func() { done <- acquire(big) }()
 	f.release(held[0], 8_000_000)
 	if r := <-done; r.n != 8_000_000 {
@@ -48,7 +48,7 @@ func TestInflightBoundsLargeAnswers(t *testing.T) {
 	}
 
 	f.release(acquire(small), 10_000)
-	var many []reservation
+	var many []Reservation
 	for range 100 { // 10 KB answers: the 64 KB floor, a hundred at once
 		many = append(many, acquire(small))
 	}
@@ -73,7 +73,7 @@ func TestInflightBoundsLargeAnswers(t *testing.T) {
 // only for small ones. Room the large lane has goes to small fetches only
 // while no large one waits. The lanes add up to the capacity.
 func TestInflightSmallNeverBehindLarge(t *testing.T) {
-	f := newInflight(8 << 20) // max_bytes 64 MiB
+	f := NewByteGate(8 << 20) // max_bytes 64 MiB
 	big, small := route.TransactionList, route.BlockList
 	r, _ := f.acquire(big, 0)
 	f.release(r, 7_500_000)
@@ -84,13 +84,13 @@ func TestInflightSmallNeverBehindLarge(t *testing.T) {
 	if !ok || first.n != f.largeCap || f.largeCap != 7<<20 {
 		t.Fatalf("a 7.5 MB fetch reserved %d of the large lane's %d (ok %v)", first.n, f.largeCap, ok)
 	}
-	queued := make(chan reservation)
+	queued := make(chan Reservation)
 	go func() {
 		r, _ := f.acquire(big, time.Minute)
 		queued <- r
 	}()
 	waitQueued(t, f)
-	var smalls []reservation
+	var smalls []Reservation
 	for {
 		r, ok := f.acquire(small, 0)
 		if !ok {
@@ -104,7 +104,7 @@ func TestInflightSmallNeverBehindLarge(t *testing.T) {
 	if len(smalls) != 16 {
 		t.Fatalf("%d small fetches at once, want 16 (1 MiB of 64 KB)", len(smalls))
 	}
-	got := make(chan reservation)
+	got := make(chan Reservation)
 	go func() {
 		r, _ := f.acquire(small, time.Minute)
 		got <- r
@@ -132,13 +132,13 @@ func TestInflightSmallNeverBehindLarge(t *testing.T) {
 		f.release(r, 9_000)
 	}
 	if !f.large.TryAcquire(f.largeCap) || !f.small.TryAcquire(f.capacity-f.largeCap) || f.small.TryAcquire(1) || f.large.TryAcquire(1) {
-		t.Fatal("the lanes do not add up to the capacity, or a reservation was not given back")
+		t.Fatal("the lanes do not add up to the capacity, or a Reservation was not given back")
 	}
 }
 
 // waitQueued returns once a fetch waits for the large lane: TryAcquire
 // fails behind a waiter even where there is room.
-func waitQueued(t *testing.T, f *inflight) {
+func waitQueued(t *testing.T, f *ByteGate) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for f.large.TryAcquire(0) {
@@ -152,7 +152,7 @@ func waitQueued(t *testing.T, f *inflight) {
 // TestInflightWaitBounded: a fetch waits for room at most its wait, and
 // not at all with a wait of 0 (a stale copy, a background refresh).
 func TestInflightWaitBounded(t *testing.T) {
-	f := newInflight(8 << 20)
+	f := NewByteGate(8 << 20)
 	big := route.TransactionList
 	r, _ := f.acquire(big, 0)
 	f.release(r, 7_500_000)

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"container/heap"
@@ -31,7 +31,7 @@ type fairGate struct {
 	// before any miss in queue (takeRefresh).
 	refreshes []*waiter
 	running   bool // the dispatcher goroutine is up
-	try       func(background bool, avoid *upstream) (*upstream, time.Duration)
+	try       func(background bool, avoid *account) (*account, time.Duration)
 	maxSleep  time.Duration // longest the dispatcher sleeps before trying again
 }
 
@@ -50,10 +50,10 @@ var unattributed = &Tenant{Name: "unattributed", Share: 1}
 type waiter struct {
 	t     *Tenant
 	start float64
-	seq   uint64    // arrival order among equal tags
-	index int       // in the heap; -1 once out of it
-	avoid *upstream // an account the waiter's last attempt failed on
-	got   *upstream // the account whose token it was given
+	seq   uint64   // arrival order among equal tags
+	index int      // in the heap; -1 once out of it
+	avoid *account // an account the waiter's last attempt failed on
+	got   *account // the account whose token it was given
 	ready chan struct{}
 }
 
@@ -87,7 +87,7 @@ func (q *waiters) Pop() any {
 	return w
 }
 
-func newFairGate(try func(background bool, avoid *upstream) (*upstream, time.Duration)) *fairGate {
+func newFairGate(try func(background bool, avoid *account) (*account, time.Duration)) *fairGate {
 	return &fairGate{finish: map[*Tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
 }
 
@@ -95,7 +95,7 @@ func newFairGate(try func(background bool, avoid *upstream) (*upstream, time.Dur
 // 0 (a caller with a stale copy) or background (a refresh, which takes
 // only while the budget is well above empty) it never queues,
 // and takes nothing while others wait: they are owed the next tokens.
-func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *upstream) (*upstream, time.Duration) {
+func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *account) (*account, time.Duration) {
 	if background {
 		wait = 0
 	}
@@ -145,9 +145,9 @@ func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *u
 // served from (a background refresh, or a request holding a copy past its
 // stale-while-revalidate window), waiting at most wait ahead of every
 // miss: however many misses queue, the copies clients see keep being
-// renewed, and the newest page does not freeze. pool.take bounds how many
+// renewed, and the newest page does not freeze. Pool.take bounds how many
 // refreshes take this way (a share of the budget).
-func (g *fairGate) takeRefresh(wait time.Duration, avoid *upstream) (*upstream, time.Duration) {
+func (g *fairGate) takeRefresh(wait time.Duration, avoid *account) (*account, time.Duration) {
 	g.mu.Lock()
 	if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
 		g.mu.Unlock()

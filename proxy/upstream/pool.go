@@ -1,9 +1,10 @@
-package proxy
+package upstream
 
 import (
 	"errors"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 	"explorer-edge/proxy/tracing"
 )
 
-// pool is the upstream accounts (upstream, then upstream.accounts in
+// Pool is the upstream accounts (upstream, then upstream.accounts in
 // order) and the choice among them. Each attempt goes to the healthiest
 // account that has a token: breaker-open and locked-out (429) accounts are
 // skipped, then fewer recent failures and lower latency come first, and
@@ -30,16 +31,35 @@ import (
 // on another account with that account's token; a 429 locks its account
 // out for the Retry-After and the call moves on at once. Misses that wait
 // for a token wait in the fair gate.
-type pool struct {
-	accts []*upstream
+type Pool struct {
+	accts []*account
 	gate  *fairGate
 	// refreshes bounds the refreshes that go ahead of misses for the
 	// budget (fairGate.takeRefresh) to refreshShare of the accounts'
 	// rates; beyond it a refresh yields to misses as before.
 	refreshes *rate.Limiter
 	m         *metrics.Metrics
+	log       *slog.Logger
 	turn      atomic.Uint32    // rotates the order of accounts alike
 	tr        *tracing.Tracing // nil: off
+	bytes     *ByteGate        // room for the answers being fetched (bytegate.go)
+}
+
+// Options are a Pool's collaborators beside its configuration.
+type Options struct {
+	Metrics *metrics.Metrics // required
+	Log     *slog.Logger     // required
+	// Budget is the default account's quota; nil = a local token bucket
+	// of upstream.rate.
+	Budget Budget
+	// AccountBudget makes the budgets of upstream.accounts; nil = local
+	// token buckets of their rates.
+	AccountBudget AccountBudget
+	Tracing       *tracing.Tracing // nil: off
+	// Sample says whether a repeatable WARN line may go out; nil = always.
+	Sample func(logsample.Key) (ok bool, suppressed int64)
+	// InflightBytes bounds the bytes of answers being fetched at once.
+	InflightBytes int64
 }
 
 // AccountBudget makes the budget of an account other than the default
@@ -61,22 +81,24 @@ func accountConfigs(cfg config.Upstream) (names []string, cfgs []config.Upstream
 	return names, cfgs
 }
 
-func newPool(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget, more AccountBudget) (*pool, error) {
-	pl := &pool{m: m}
+// NewPool makes the accounts of cfg.
+func NewPool(cfg config.Upstream, o Options) (*Pool, error) {
+	m := o.Metrics
+	pl := &Pool{m: m, log: o.Log, tr: o.Tracing, bytes: NewByteGate(o.InflightBytes)}
 	names, cfgs := accountConfigs(cfg)
 	for i, name := range names {
 		var b Budget
 		switch {
 		case i == 0:
-			b = budget
-		case more != nil:
-			b = more(name, cfgs[i].Rate, cfgs[i].Burst)
+			b = o.Budget
+		case o.AccountBudget != nil:
+			b = o.AccountBudget(name, cfgs[i].Rate, cfgs[i].Burst)
 		}
-		u, err := newUpstream(name, cfgs[i], m, log, b)
+		u, err := newAccount(name, cfgs[i], m, o.Log, b)
 		if err != nil {
 			return nil, err
 		}
-		u.changed = pl.changed
+		u.changed, u.sample = pl.changed, o.Sample
 		pl.accts = append(pl.accts, u)
 	}
 	pl.gate = newFairGate(pl.try)
@@ -90,7 +112,7 @@ func newPool(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget B
 		return sum
 	})
 	m.ThrottledSeconds(func() float64 {
-		until, ok := pl.lockedUntil(time.Now())
+		until, ok := pl.LockedUntil(time.Now())
 		if !ok {
 			return 0
 		}
@@ -111,7 +133,7 @@ func newPool(cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget B
 
 // changed sets the gauges that sum up the accounts: the budget rate is
 // theirs together; the breaker is open only when every account's is.
-func (pl *pool) changed() {
+func (pl *Pool) changed() {
 	rate, state := 0.0, gobreaker.StateOpen
 	for _, u := range pl.accts {
 		rate += math.Float64frombits(u.rate.Load())
@@ -122,10 +144,10 @@ func (pl *pool) changed() {
 }
 
 // cfg is the settings every account shares.
-func (pl *pool) cfg() *config.Upstream { return pl.accts[0].cfg.Load() }
+func (pl *Pool) cfg() *config.Upstream { return pl.accts[0].cfg.Load() }
 
 // reconfigure applies a reload: rates and credentials of every account.
-func (pl *pool) reconfigure(cfg config.Upstream) {
+func (pl *Pool) Reconfigure(cfg config.Upstream) {
 	_, cfgs := accountConfigs(cfg)
 	for i, u := range pl.accts {
 		u.reconfigure(cfgs[i])
@@ -138,7 +160,7 @@ func (pl *pool) reconfigure(cfg config.Upstream) {
 // each; the other half stays the misses' whatever the refreshes ask.
 const refreshShare = 0.5
 
-func (pl *pool) setRefreshShare(cfg config.Upstream) {
+func (pl *Pool) setRefreshShare(cfg config.Upstream) {
 	_, cfgs := accountConfigs(cfg)
 	sum, burst := 0.0, 0
 	for _, c := range cfgs {
@@ -150,7 +172,7 @@ func (pl *pool) setRefreshShare(cfg config.Upstream) {
 
 // usable reports whether u may be sent a call now: its breaker lets one
 // through and no 429 locks it out.
-func (u *upstream) usable(now time.Time) bool {
+func (u *account) usable(now time.Time) bool {
 	if u.breakerOpen() {
 		return false
 	}
@@ -160,8 +182,8 @@ func (u *upstream) usable(now time.Time) bool {
 
 // order is the usable accounts, best first, without avoid unless it is the
 // only one.
-func (pl *pool) order(avoid *upstream, now time.Time) []*upstream {
-	var buf [config.MaxAccounts + 1]*upstream
+func (pl *Pool) order(avoid *account, now time.Time) []*account {
+	var buf [config.MaxAccounts + 1]*account
 	c := buf[:0]
 	n := len(pl.accts)
 	start := int(pl.turn.Add(1)) % n
@@ -171,10 +193,10 @@ func (pl *pool) order(avoid *upstream, now time.Time) []*upstream {
 		}
 	}
 	if len(c) > 1 && avoid != nil {
-		c = slices.DeleteFunc(c, func(u *upstream) bool { return u == avoid })
+		c = slices.DeleteFunc(c, func(u *account) bool { return u == avoid })
 	}
 	if len(c) > 1 {
-		slices.SortStableFunc(c, func(a, b *upstream) int {
+		slices.SortStableFunc(c, func(a, b *account) int {
 			ea, la := a.health.rank()
 			eb, lb := b.health.rank()
 			if ea != eb {
@@ -188,7 +210,7 @@ func (pl *pool) order(avoid *upstream, now time.Time) []*upstream {
 
 // try takes a token, without waiting, from the best usable account that
 // has one; with none, it says when the first is due.
-func (pl *pool) try(background bool, avoid *upstream) (*upstream, time.Duration) {
+func (pl *Pool) try(background bool, avoid *account) (*account, time.Duration) {
 	due := time.Duration(math.MaxInt64)
 	for _, u := range pl.order(avoid, time.Now()) {
 		ok, d := u.budget.Take(0, background)
@@ -205,7 +227,7 @@ func (pl *pool) try(background bool, avoid *upstream) (*upstream, time.Duration)
 
 // lockedUntil reports, when no account is usable and some are locked out
 // by a 429, when the first lock-out ends.
-func (pl *pool) lockedUntil(now time.Time) (time.Time, bool) {
+func (pl *Pool) LockedUntil(now time.Time) (time.Time, bool) {
 	var first time.Time
 	for _, u := range pl.accts {
 		until, locked := u.lockedUntil(now)
@@ -226,7 +248,7 @@ func (pl *pool) lockedUntil(now time.Time) (time.Time, bool) {
 // open, or their latest attempts failed (an error ratio of 0.2 or more:
 // the moving average after one failure). Those are asked only when no
 // other account can be.
-func (pl *pool) failing() string {
+func (pl *Pool) Failing() string {
 	if len(pl.accts) < 2 {
 		return "" // alone, its breaker and lock-out say it all
 	}
@@ -240,7 +262,7 @@ func (pl *pool) failing() string {
 }
 
 // breakerOpen reports whether every account's breaker is open.
-func (pl *pool) breakerOpen() bool {
+func (pl *Pool) BreakerOpen() bool {
 	for _, u := range pl.accts {
 		if !u.breakerOpen() {
 			return false
@@ -263,11 +285,11 @@ func (pl *pool) breakerOpen() bool {
 // what the edge already validated, so a refusal is rare, and one that
 // another account answers is the first account's failure, never a
 // negative answer to cache.
-func (pl *pool) fetch(f *Request) (Answer, error) {
+func (pl *Pool) Fetch(f *Request) (Answer, error) {
 	r := f.Route
 	cfg := pl.cfg()
 	deadline := time.Now().Add(cfg.RetryMaxTime)
-	var avoid, refusedBy *upstream
+	var avoid, refusedBy *account
 	var refused Answer // refusedBy's refusal, while another account is asked
 	for attempt := 0; ; attempt++ {
 		_, bs := pl.tr.Span(f.Trace, "budget")
@@ -338,7 +360,7 @@ func (pl *pool) fetch(f *Request) (Answer, error) {
 // returns how many blocks its head page is behind the head seen. An
 // account behind is failing for its health (asked after the others) and
 // its lag is a gauge; a current head page sets the gauge to 0.
-func (pl *pool) behind(u *upstream, f *Request, a Answer) int64 {
+func (pl *Pool) behind(u *account, f *Request, a Answer) int64 {
 	if f.Observe == nil || a.Code != "0" || a.Status != 200 {
 		return 0
 	}
@@ -354,7 +376,7 @@ func (pl *pool) behind(u *upstream, f *Request, a Answer) int64 {
 
 // attempt makes one call of f on u through u's breaker, in a span of its
 // own.
-func (pl *pool) attempt(u *upstream, r *route.Route, cfg *config.Upstream, f *Request, attempt int, deadline time.Time) (Answer, error) {
+func (pl *Pool) attempt(u *account, r *route.Route, cfg *config.Upstream, f *Request, attempt int, deadline time.Time) (Answer, error) {
 	ac, as := pl.tr.Span(f.Trace, "upstream", attribute.String("account", u.name),
 		attribute.String("route", r.Name), attribute.Int("attempt", attempt+1))
 	if f.Tenant != nil {
@@ -399,7 +421,7 @@ func accountFault(err error) bool {
 
 // refusedWrongly notes that u refused a question (50014, 50025, 50036)
 // that other answered: u's failure, in its health and its breaker.
-func (u *upstream) refusedWrongly(r *route.Route, other *upstream) {
+func (u *account) refusedWrongly(r *route.Route, other *account) {
 	u.health.fail()
 	u.breaker.Execute(func() (struct{}, error) { return struct{}{}, errRefusedWrongly })
 	if u.sample == nil {
@@ -416,7 +438,7 @@ func (u *upstream) refusedWrongly(r *route.Route, other *upstream) {
 var errRefusedWrongly = &envelope.Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", Reason: "refused-wrongly"}
 
 // another reports whether an account other than u is usable now.
-func (pl *pool) another(u *upstream) bool {
+func (pl *Pool) another(u *account) bool {
 	now := time.Now()
 	for _, o := range pl.accts {
 		if o != u && o.usable(now) {
@@ -435,25 +457,25 @@ func throttledByUpstream(err error) bool {
 // take draws one token for an attempt of f from the best usable account,
 // or says why it may not go. Misses that must wait wait in the fair gate,
 // in turn with other clients' misses.
-func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *upstream) (*upstream, error) {
+func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *account) (*account, error) {
 	now := time.Now()
 	t := f.Tenant
-	if until, ok := pl.lockedUntil(now); ok {
+	if until, ok := pl.LockedUntil(now); ok {
 		pl.m.Throttled.WithLabelValues("upstream").Inc()
 		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
 		if t != nil {
 			t.Acct.Refused(metrics.RefusedUpstream)
 		}
-		return nil, envelope.ErrThrottled.With(nil, ceilSeconds(until.Sub(now)))
+		return nil, envelope.ErrThrottled.With(nil, envelope.CeilSeconds(until.Sub(now)))
 	}
-	if pl.breakerOpen() {
+	if pl.BreakerOpen() {
 		pl.m.Upstream(int(r.ID), metrics.OutcomeBreakerOpen, -1)
 		return nil, envelope.ErrBreakerOpen.With(gobreaker.ErrOpenState, int(cfg.BreakerOpenFor/time.Second)+1)
 	}
 	if t == nil {
 		t = unattributed
 	}
-	var u *upstream
+	var u *account
 	var retry time.Duration
 	switch {
 	case (f.HaveStale || f.Background) && pl.refreshes.Allow():
@@ -471,7 +493,7 @@ func (pl *pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *up
 		if f.Tenant != nil {
 			f.Tenant.Acct.Refused(metrics.RefusedBudget)
 		}
-		return nil, envelope.ErrBudget.With(nil, ceilSeconds(retry))
+		return nil, envelope.ErrBudget.With(nil, envelope.CeilSeconds(retry))
 	}
 	return u, nil
 }
@@ -518,4 +540,12 @@ func (h *health) rank() (errs, latency int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return int(h.errs * 10), int(h.latency * 100)
+}
+
+// jitter returns a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(d)))
 }

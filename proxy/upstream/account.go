@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bytes"
@@ -25,11 +25,11 @@ import (
 	"explorer-edge/signer"
 )
 
-// upstream is one account of the explorer API: one fasthttp host client
+// account is one account of the explorer API: one fasthttp host client
 // with bounded connections, every request signed with the account's
 // credentials, drawn from its budget, guarded by its circuit breaker. The
-// pool (pool.go) chooses among accounts and retries.
-type upstream struct {
+// Pool (pool.go) chooses among accounts and retries.
+type account struct {
 	name    string
 	signer  atomic.Pointer[signer.Signer]
 	health  health
@@ -58,9 +58,9 @@ type upstream struct {
 	sample func(logsample.Key) (ok bool, suppressed int64)
 }
 
-// newUpstream makes the account name of cfg (its base_url, credentials,
+// newAccount makes the account name of cfg (its base_url, credentials,
 // rate and burst; the rest is shared by every account).
-func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*upstream, error) {
+func newAccount(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.Logger, budget Budget) (*account, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream.base_url: %w", err)
@@ -74,7 +74,7 @@ func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog
 			addr += ":80"
 		}
 	}
-	up := &upstream{
+	up := &account{
 		name:    name,
 		changed: func() {},
 		prefix:  stringsTrimRightSlash(u.Path),
@@ -103,7 +103,7 @@ func newUpstream(name string, cfg config.Upstream, m *metrics.Metrics, log *slog
 	if budget != nil {
 		up.budget = budget
 	} else {
-		up.budget = newLocalBudget(cfg.Rate, cfg.Burst)
+		up.budget = NewLocalBudget(cfg.Rate, cfg.Burst)
 	}
 	up.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        name,
@@ -136,7 +136,7 @@ func stringsTrimRightSlash(s string) string {
 // reconfigure applies reloaded rates and timeouts. It ends a lock-out and
 // restores a rate lowered after a 429: a reload is how an operator says
 // "try again now".
-func (u *upstream) reconfigure(cfg config.Upstream) {
+func (u *account) reconfigure(cfg config.Upstream) {
 	u.cfg.Store(&cfg)
 	u.signer.Store(signer.New(signer.Credentials{APIKey: cfg.APIKey, SecretKey: cfg.SecretKey, Passphrase: cfg.Passphrase}))
 	u.lock.Store(nil)
@@ -145,7 +145,7 @@ func (u *upstream) reconfigure(cfg config.Upstream) {
 	u.changed()
 }
 
-func (u *upstream) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
+func (u *account) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
 
 // retryable says whether another attempt may fare better, by the cause of
 // the failure: a timeout, an unreachable upstream, a 5xx or a broken
@@ -164,15 +164,11 @@ func retryable(err error) bool {
 	return false
 }
 
-func ceilSeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
-}
-
 var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.HeaderSign), []byte(signer.HeaderPassphrase), []byte(signer.HeaderTimestamp)
 
 // call makes one signed attempt. Nothing of the client's request is used
 // but the canonical target: no header of the client is ever forwarded.
-func (u *upstream) call(tc context.Context, r *route.Route, target string, timeout time.Duration) (Answer, error) {
+func (u *account) call(tc context.Context, r *route.Route, target string, timeout time.Duration) (Answer, error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
@@ -237,7 +233,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		outcome = metrics.Outcome429
 		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
-		result = envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), ceilSeconds(retry))
+		result = envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), envelope.CeilSeconds(retry))
 	case status >= 500:
 		outcome = metrics.Outcome5xx
 		result = envelope.ErrBadGateway.With(fmt.Errorf("upstream answered %d", status), 0)
@@ -247,7 +243,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 	case envelope.UpstreamFailing(status, code):
 		// The account's failure, for its health and breaker; the answer
 		// goes with the error, to be passed on if no other account can
-		// be asked (pool.fetch).
+		// be asked (Pool.fetch).
 		outcome = metrics.OutcomeErrorEnvelope
 		result = envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
 	case code != "0":
@@ -272,7 +268,7 @@ func (u *upstream) call(tc context.Context, r *route.Route, target string, timeo
 // envelope.CredentialsRefused logs, at error and once per log.repeat_interval for
 // the account, that the upstream refused the account's credentials: every
 // question on it fails until an operator acts.
-func (u *upstream) credentialsRefused(status int, code string) {
+func (u *account) credentialsRefused(status int, code string) {
 	if u.sample == nil {
 		return
 	}
@@ -289,7 +285,7 @@ func (u *upstream) credentialsRefused(status int, code string) {
 type lockout struct{ set, until time.Time }
 
 // lockedUntil reports the end of a lock-out in force at now.
-func (u *upstream) lockedUntil(now time.Time) (time.Time, bool) {
+func (u *account) lockedUntil(now time.Time) (time.Time, bool) {
 	if l := u.lock.Load(); l != nil && now.Before(l.until) {
 		return l.until, true
 	}
@@ -313,7 +309,7 @@ func retryAfter(v []byte, now time.Time, limit time.Duration) time.Duration {
 // throttled honours a 429 that came at now: no call before its
 // Retry-After (see retryAfter), and the budget rate halves (down to 1/16
 // of the configured rate) until successes bring it back.
-func (u *upstream) throttled(v []byte, now time.Time) time.Duration {
+func (u *account) throttled(v []byte, now time.Time) time.Duration {
 	cfg := u.cfg.Load()
 	d := retryAfter(v, now, cfg.MaxRetryAfter)
 	next := &lockout{set: now, until: now.Add(d)}
@@ -334,7 +330,7 @@ func (u *upstream) throttled(v []byte, now time.Time) time.Duration {
 // while it was in flight: an answer to a call that overlapped the 429 says
 // nothing against its Retry-After. It raises a lowered budget rate by a
 // quarter per success.
-func (u *upstream) recovered(sent time.Time) {
+func (u *account) recovered(sent time.Time) {
 	if st := u.checked.Load(); st != checkPassed {
 		u.checked.Store(checkPassed)
 	}
@@ -347,7 +343,7 @@ func (u *upstream) recovered(sent time.Time) {
 	}
 }
 
-func (u *upstream) setRate(rate float64, burst int) {
+func (u *account) setRate(rate float64, burst int) {
 	u.rate.Store(math.Float64bits(rate))
 	u.budget.SetRate(rate, burst)
 	u.changed()
@@ -355,7 +351,7 @@ func (u *upstream) setRate(rate float64, burst int) {
 
 // record counts an attempt's outcome on the route's and the account's
 // series and, failed or not, in the account's health.
-func (u *upstream) record(r *route.Route, outcome int, took time.Duration, failed bool) {
+func (u *account) record(r *route.Route, outcome int, took time.Duration, failed bool) {
 	u.m.Upstream(int(r.ID), outcome, took.Seconds())
 	u.m.AccountCall(u.name, outcome)
 	u.health.observe(took, failed)

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -41,52 +41,52 @@ var checkPassed = &selfCheckState{ok: true}
 // self-check; it is asked again later.
 var errSelfCheckDeferred = errors.New("upstream self-check deferred: the upstream budget is spent")
 
-// SelfCheck asks every upstream account block-list limit=1 of the first
-// chain, at once, and keeps each result for Ready. It returns nil when
+// SelfCheck asks every upstream account block-list limit=1 of chain, at once, and keeps each result for Ready. It returns nil when
 // every account answered (any envelope: the URL and the credentials
 // work), or an error naming each account's problem: 404, the base_url;
 // HTTP 401 or 50102-50113, the credentials; else the upstream's failure,
 // or errSelfCheckDeferred when no budget token was free. It never waits
 // for the budget: it takes a token as a background refresh does.
-func (p *Proxy) SelfCheck(ctx context.Context) error { return p.selfCheck(ctx, false) }
+func (pl *Pool) SelfCheck(ctx context.Context, chain string) error {
+	return pl.selfCheck(ctx, chain, false)
+}
 
 // selfCheck is SelfCheck, of the accounts not known to answer only when
 // failedOnly.
-func (p *Proxy) selfCheck(ctx context.Context, failedOnly bool) error {
-	s := p.settings.Load()
+func (pl *Pool) selfCheck(ctx context.Context, chain string, failedOnly bool) error {
 	r := &route.Table[route.BlockList]
-	target := r.Path + "?chainShortName=" + url.QueryEscape(s.chains[0]) + "&limit=1"
-	errs := make([]error, len(p.up.accts))
+	target := r.Path + "?chainShortName=" + url.QueryEscape(chain) + "&limit=1"
+	errs := make([]error, len(pl.accts))
 	var wg sync.WaitGroup
-	for i, u := range p.up.accts {
+	for i, u := range pl.accts {
 		if st := u.checked.Load(); failedOnly && st != nil && st.ok {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.checkAccount(ctx, u, r, target)
+			errs[i] = pl.checkAccount(ctx, u, r, target)
 		}()
 	}
 	wg.Wait()
 	err := errors.Join(errs...)
 	switch {
 	case err == nil:
-		p.log.Info("upstream self-check ok", "accounts", len(p.up.accts), "question", target)
+		pl.log.Info("upstream self-check ok", "accounts", len(pl.accts), "question", target)
 	case errors.Is(err, errSelfCheckDeferred) || ctx.Err() != nil:
-		p.log.Warn("upstream self-check not done", "err", err.Error())
-	case p.misconfigured():
+		pl.log.Warn("upstream self-check not done", "err", err.Error())
+	case pl.misconfigured():
 		// The configuration is wrong: nothing will work until it is fixed.
-		p.log.Error("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
+		pl.log.Error("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
 	default:
 		// The upstream down or slow: the breaker and stale copies see to it.
-		p.log.Warn("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
+		pl.log.Warn("upstream self-check failed", "problems", strings.ReplaceAll(err.Error(), "\n", "; "), "question", target)
 	}
 	return err
 }
 
 // checkAccount asks u target once and records the result on u.
-func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route.Route, target string) error {
+func (pl *Pool) checkAccount(ctx context.Context, u *account, r *route.Route, target string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -119,8 +119,8 @@ func (p *Proxy) checkAccount(ctx context.Context, u *upstream, r *route.Route, t
 // asked for want of a budget token) again every `every`, until each has
 // answered it or a client's call, or ctx ends. It returns at once when
 // every account is known to answer.
-func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
-	for !p.selfChecked() {
+func (pl *Pool) RetrySelfCheck(ctx context.Context, chain string, every time.Duration) {
+	for !pl.selfChecked() {
 		t := time.NewTimer(every)
 		select {
 		case <-ctx.Done():
@@ -128,16 +128,16 @@ func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		if !p.selfChecked() {
-			p.selfCheck(ctx, true)
+		if !pl.selfChecked() {
+			pl.selfCheck(ctx, chain, true)
 		}
 	}
 }
 
 // misconfigured reports whether an account's base_url or credentials were
 // refused at its last self-check.
-func (p *Proxy) misconfigured() bool {
-	for _, u := range p.up.accts {
+func (pl *Pool) misconfigured() bool {
+	for _, u := range pl.accts {
 		if st := u.checked.Load(); st != nil && st.misconfigured {
 			return true
 		}
@@ -146,8 +146,8 @@ func (p *Proxy) misconfigured() bool {
 }
 
 // selfChecked reports whether every account is known to answer.
-func (p *Proxy) selfChecked() bool {
-	for _, u := range p.up.accts {
+func (pl *Pool) selfChecked() bool {
+	for _, u := range pl.accts {
 		if st := u.checked.Load(); st == nil || !st.ok {
 			return false
 		}
@@ -155,14 +155,14 @@ func (p *Proxy) selfChecked() bool {
 	return true
 }
 
-// selfCheckReason is what the self-check adds to Ready: whether it makes
+// SelfCheckReason is what the self-check adds to Ready: whether it makes
 // the pod not ready (an account's base_url or credentials refused, no
 // account known to answer, and nothing cached to serve) and the words for
 // the reason; "" when no account has failed it.
-func (p *Proxy) selfCheckReason(empty bool) (notReady bool, why string) {
+func (pl *Pool) SelfCheckReason(empty bool) (notReady bool, why string) {
 	var failed []string
 	misconfigured, answers := true, false
-	for _, u := range p.up.accts {
+	for _, u := range pl.accts {
 		st := u.checked.Load()
 		switch {
 		case st == nil:

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// inflight bounds the bytes of upstream answers being read, decoded and
+// ByteGate bounds the bytes of upstream answers being read, decoded and
 // compressed at once. Each whole-key fetch reserves what its route's
 // answers have weighed lately before it calls the upstream, and gives it
 // back once its answer is stored: the upstream's body, the decoded copy
@@ -34,8 +34,8 @@ import (
 //
 // No fetch waits longer than it is allowed (acquire's wait: budget_wait,
 // none for one with a stale copy or a background refresh); then it is
-// refused like a fetch the budget refused (errBytes).
-type inflight struct {
+// refused like a fetch the budget refused (ErrBytes).
+type ByteGate struct {
 	large, small *semaphore.Weighted
 	capacity     int64                     // of both lanes
 	largeCap     int64                     // the most one fetch reserves
@@ -44,22 +44,22 @@ type inflight struct {
 	weight       [route.Count]atomic.Int64 // recent answer bytes per route
 }
 
-// reservation is what a fetch holds of one lane; the zero value holds
+// Reservation is what a fetch holds of one lane; the zero value holds
 // nothing.
-type reservation struct {
+type Reservation struct {
 	sem *semaphore.Weighted
 	id  route.ID
 	n   int64
 }
 
-// newInflight allows capacity bytes at once. Until a route's first answer
+// NewByteGate allows capacity bytes at once. Until a route's first answer
 // a fetch on it reserves the floor: cold misses at start are not held back
 // (an empty cache has the room), and a failing upstream, whose calls
 // answer nothing, does not make misses queue.
-func newInflight(capacity int64) *inflight {
+func NewByteGate(capacity int64) *ByteGate {
 	const floor = 64 << 10
 	smallCap := min(max(capacity/32, 16*floor), capacity/2)
-	return &inflight{
+	return &ByteGate{
 		large:    semaphore.NewWeighted(capacity - smallCap),
 		small:    semaphore.NewWeighted(smallCap),
 		capacity: capacity,
@@ -71,16 +71,16 @@ func newInflight(capacity int64) *inflight {
 
 // acquire reserves route id's weight, waiting at most wait; ok is false
 // when the wait ran out (at once for a wait of 0).
-func (f *inflight) acquire(id route.ID, wait time.Duration) (r reservation, ok bool) {
+func (f *ByteGate) acquire(id route.ID, wait time.Duration) (r Reservation, ok bool) {
 	w := max(f.weight[id].Load(), f.floor)
 	if w <= f.smallMax {
 		// Room in the large lane goes to a small fetch only while no large
 		// one waits for it: TryAcquire fails behind a waiter.
 		if f.small.TryAcquire(w) {
-			return reservation{f.small, id, w}, true
+			return Reservation{f.small, id, w}, true
 		}
 		if f.large.TryAcquire(w) {
-			return reservation{f.large, id, w}, true
+			return Reservation{f.large, id, w}, true
 		}
 		return f.wait(f.small, id, w, wait)
 	}
@@ -88,25 +88,25 @@ func (f *inflight) acquire(id route.ID, wait time.Duration) (r reservation, ok b
 }
 
 // wait reserves n of sem, waiting at most d.
-func (f *inflight) wait(sem *semaphore.Weighted, id route.ID, n int64, d time.Duration) (reservation, bool) {
+func (f *ByteGate) wait(sem *semaphore.Weighted, id route.ID, n int64, d time.Duration) (Reservation, bool) {
 	if sem.TryAcquire(n) {
-		return reservation{sem, id, n}, true
+		return Reservation{sem, id, n}, true
 	}
 	if d <= 0 {
-		return reservation{}, false
+		return Reservation{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if sem.Acquire(ctx, n) != nil {
-		return reservation{}, false
+		return Reservation{}, false
 	}
-	return reservation{sem, id, n}, true
+	return Reservation{sem, id, n}, true
 }
 
 // release gives r back and learns its route's answer size: the larger of
 // the answer and a moving average, so a route of mixed sizes reserves for
-// its large answers. A zero reservation gives back nothing.
-func (f *inflight) release(r reservation, answered int) {
+// its large answers. A zero Reservation gives back nothing.
+func (f *ByteGate) release(r Reservation, answered int) {
 	if r.sem == nil {
 		return
 	}
@@ -124,24 +124,27 @@ func (f *inflight) release(r reservation, answered int) {
 	}
 }
 
-// errBytes refuses a fetch that found no room for its answer within its
+// ErrBytes refuses a fetch that found no room for its answer within its
 // wait, as envelope.ErrBudget refuses one that found no token: 503, 50001, with a
 // Retry-After.
-var errBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, Reason: "bytes"}
+var ErrBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, Reason: "bytes"}
 
-// reserve takes room for f's answer, waiting as long as the budget lets a
+// Reserve takes room for f's answer, waiting as long as the budget lets a
 // miss wait for a token (upstream.budget_wait; not at all with a stale copy
 // to serve or for a background refresh), or refuses it: counted in
 // upstream_throttled_total{source="bytes"}.
-func (p *Proxy) reserve(s *settings, f *Request) (reservation, error) {
-	wait := s.cfg.Upstream.BudgetWait
+func (pl *Pool) Reserve(f *Request) (Reservation, error) {
+	wait := pl.cfg().BudgetWait
 	if f.HaveStale || f.Background {
 		wait = 0
 	}
-	r, ok := p.fetching.acquire(f.Route.ID, wait)
+	r, ok := pl.bytes.acquire(f.Route.ID, wait)
 	if !ok {
-		p.metrics.Throttled.WithLabelValues("bytes").Inc()
-		return r, errBytes.With(nil, 0)
+		pl.m.Throttled.WithLabelValues("bytes").Inc()
+		return r, ErrBytes.With(nil, 0)
 	}
 	return r, nil
 }
+
+// Release gives r back once f's answer of n bytes is stored (0: none).
+func (pl *Pool) Release(r Reservation, n int) { pl.bytes.release(r, n) }
