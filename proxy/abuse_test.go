@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
@@ -282,7 +283,7 @@ func TestRepeatedParametersAreCheap(t *testing.T) {
 	// whole parse: 4593 allocations for an 8 KB query).
 	few, many := allocs(10), allocs(300)
 	t.Logf("allocations: %v for 10 repeats, %v for 300", few, many)
-	if !raceEnabled && (many > few+2 || many > 20) {
+	if !testkit.Race && (many > few+2 || many > 20) {
 		t.Errorf("%v allocations for 10 repeats, %v for 300", few, many)
 	}
 	for _, c := range []struct{ query, param string }{

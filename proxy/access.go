@@ -62,11 +62,11 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id route.ID, result int, cod
 		slog.String("code", code),
 		slog.String("cache", cache),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
-		slog.String("client_ip", s.auth.clientIP(ctx).String()),
+		slog.String("client_ip", s.auth.ClientIP(ctx).String()),
 		slog.String("request_id", string(ctx.Response.Header.PeekBytes(hdrRequestID))),
 	)
-	if c := s.auth.clientOf(ctx); c != nil {
-		attrs = append(attrs, slog.String("client", c.name))
+	if c := s.auth.ClientOf(ctx); c != nil {
+		attrs = append(attrs, slog.String("client", c.Name))
 	}
 	for _, f := range s.cfg.Log.AccessFields {
 		switch f {
@@ -125,54 +125,15 @@ func bodyBytes(ctx *fasthttp.RequestCtx) int {
 	return len(ctx.Response.Body())
 }
 
-// account counts an answered request on its client's series: the signed
-// client whose signature admission verified, or anonymous when auth is
-// off. Any other request is no client's (its key may be anyone's).
+// account counts an answered request on its client's series (see
+// admission.Rules.Payer).
 func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
-	a := p.settings.Load().auth
-	t := a.anon
-	if a.signed {
-		c := a.clientOf(ctx)
-		if c == nil {
-			return
-		}
-		t = c.tenant
+	t := p.settings.Load().auth.Payer(ctx)
+	if t == nil {
+		return
 	}
 	if result == noResult {
 		result = metrics.ResultError
 	}
 	t.Acct.Answered(result, bodyBytes(ctx))
-}
-
-// verifiedKey is the user value of a request holding what admission
-// found: the client whose signature it verified, or a nil *client when it
-// refused the request (a zero-size key: no allocation).
-type verifiedKey struct{}
-
-// setVerified records admission's verdict on ctx: c verified (nil:
-// refused). Only with auth.mode signed.
-func (a *admission) setVerified(ctx *fasthttp.RequestCtx, c *client) {
-	if a.signed {
-		ctx.SetUserValue(verifiedKey{}, c)
-	}
-}
-
-// clientOf is the client a request is counted and logged as: the one
-// whose signature admission verified. A request refused before admission
-// (an unknown path, a method, a framing refusal) has its signature checked
-// here, so that a signed client's 404 is still its own; one that carries a
-// client's key but no valid signature is no client's (the key is public).
-func (a *admission) clientOf(ctx *fasthttp.RequestCtx) *client {
-	if !a.signed {
-		return nil
-	}
-	if c, admitted := ctx.UserValue(verifiedKey{}).(*client); admitted {
-		return c
-	}
-	c, err := a.verify(&ctx.Request.Header, time.Now())
-	if err != nil {
-		return nil
-	}
-	a.setVerified(ctx, c) // the access line and the accounting ask both
-	return c
 }

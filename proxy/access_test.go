@@ -134,7 +134,7 @@ func TestAccessLogSampling(t *testing.T) {
 // TestHitPathAllocatesNothing: with the access log off a hit allocates
 // nothing (BenchmarkHit measures the same; this makes it a failure).
 func TestHitPathAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if testkit.Race {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"

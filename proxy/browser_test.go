@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
+	"explorer-edge/internal/testkit"
 )
 
 // A frontend's fetch() carries the headers of its tracing (X-Request-Id,
@@ -104,7 +105,7 @@ func TestFinalAnswersAreImmutable(t *testing.T) {
 	if r := h.get(head); strings.Contains(r.header["Cache-Control"], "immutable") {
 		t.Errorf("head answer: Cache-Control %q", r.header["Cache-Control"])
 	}
-	if raceEnabled {
+	if testkit.Race {
 		return // allocation counts are meaningless under -race
 	}
 	var ctx fasthttp.RequestCtx

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
 )
 
@@ -159,7 +160,7 @@ const browserRequest = "GET /api/v5/chainx/block/block-list?chainShortName=chain
 // The framing check reads a request's raw header block on every request:
 // a hit with a browser's headers still allocates nothing.
 func TestFramingCheckAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if testkit.Race {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	h := newHarness(t)

@@ -397,7 +397,7 @@ func TestTopSpaceSaving(t *testing.T) {
 // TestTopSamplingAllocatesNothing: a hit allocates nothing with the
 // sampling off, at its default (1 in 64) and counting every request.
 func TestTopSamplingAllocatesNothing(t *testing.T) {
-	if raceEnabled {
+	if testkit.Race {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"

@@ -96,7 +96,7 @@ func (p *Proxy) Listener(ln net.Listener, cfg ListenerConfig) net.Listener {
 		hold:     healthHold,
 		perIP:    map[netip.Addr]int{},
 		exempt: func(ip netip.Addr) bool {
-			return p.settings.Load().auth.isTrusted(ip.Unmap())
+			return p.settings.Load().auth.IsTrusted(ip.Unmap())
 		},
 		acceptErrors: m.AcceptErrors.WithLabelValues(cfg.Name),
 		refusedMax:   m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns"),

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"explorer-edge/internal/testkit"
 	"explorer-edge/proxy/route"
 	"fmt"
 	"strings"
@@ -118,7 +119,7 @@ func TestRememberedURIIsStillAdmitted(t *testing.T) {
 // Remembering a URI costs two allocations, the entry and one string holding
 // the URI and its key, however long they are.
 func TestRememberingAURIAllocatesTwice(t *testing.T) {
-	if raceEnabled {
+	if testkit.Race {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	m := newURIMemo()

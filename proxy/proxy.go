@@ -20,6 +20,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/admission"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
@@ -35,10 +36,10 @@ type settings struct {
 	chains      []string // upper case
 	ttl         [route.Count]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
-	auth        *admission
-	memo        *uriMemo    // what raw URIs parsed to under these settings
-	cors        *corsPolicy // nil: no CORS headers
-	purgeToken  *[32]byte   // digest of admin.purge_token; nil: purge is off
+	auth        *admission.Rules
+	memo        *uriMemo        // what raw URIs parsed to under these settings
+	cors        *admission.CORS // nil: no CORS headers
+	purgeToken  *[32]byte       // digest of admin.purge_token; nil: purge is off
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -146,7 +147,7 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	if err := route.CheckConfig(&cfg); err != nil {
 		return nil, err
 	}
-	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: newCORS(cfg.CORS)}
+	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: admission.NewCORS(cfg.CORS)}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
@@ -157,7 +158,7 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	if s.purgeToken, err = purgeTokenOf(cfg.Admin); err != nil {
 		return nil, err
 	}
-	s.auth, err = newAdmission(cfg.Auth, m)
+	s.auth, err = admission.New(cfg.Auth, m)
 	return s, err
 }
 
@@ -178,7 +179,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	s.auth.inherit(old.auth)
+	s.auth.Inherit(old.auth)
 	p.up.Reconfigure(cfg.Upstream)
 	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
@@ -251,13 +252,13 @@ func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 		p.handleTraced(ctx)
 		return
 	}
-	if c := p.handle(ctx); c != nil && c.policy != nil {
-		rateLimitHeaders(ctx, c)
+	if c := p.handle(ctx); c != nil && c.Policy != nil {
+		admission.RateLimitHeaders(ctx, c)
 	}
 }
 
 // handle answers ctx and returns the signed client it came from, if any.
-func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	start := ctx.Time() // fasthttp reads the clock just before calling us
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
@@ -281,11 +282,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 		// A CORS preflight never reaches the upstream; it passes the
 		// per-IP limit like any request.
 		if s.cors != nil && ctx.IsOptions() {
-			if err := s.auth.admitIP(ctx, start); err != nil {
+			if err := s.auth.AdmitIP(ctx, start); err != nil {
 				p.fail(ctx, r.ID, start, err)
 				return nil
 			}
-			if s.cors.preflight(ctx) {
+			if s.cors.Preflight(ctx) {
 				p.metrics.Request(int(r.ID), 0, time.Since(start).Seconds())
 				return nil
 			}
@@ -299,15 +300,15 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *client {
 	}
 	// Auth comes before the cache: a cached answer is never given to a
 	// caller that could not have fetched it.
-	c, err := s.auth.admit(ctx, start)
-	s.auth.setVerified(ctx, c)
+	c, err := s.auth.Admit(ctx, start)
+	s.auth.SetVerified(ctx, c)
 	if err != nil {
 		p.fail(ctx, r.ID, start, err)
 		return c
 	}
 	q := p.queries.Get().(*query)
 	defer p.queries.Put(q)
-	q.tenant = s.auth.tenantOf(c)
+	q.tenant = s.auth.TenantOf(c)
 	q.trace = p.requestTrace(ctx)
 	if m != nil && p.serveFresh(ctx, q, m, start) {
 		return c

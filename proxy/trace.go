@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"explorer-edge/cache"
+	"explorer-edge/proxy/admission"
 	"explorer-edge/proxy/tracing"
 	"strconv"
 	"time"
@@ -18,15 +19,15 @@ func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {
 	parent := p.tr.Prop.Extract(context.Background(), tracing.HeaderCarrier{H: &ctx.Request.Header})
 	tc, span := p.tr.Tracer.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer))
 	if !span.IsRecording() { // not sampled: no span below it either
-		if c := p.handle(ctx); c != nil && c.policy != nil {
-			rateLimitHeaders(ctx, c)
+		if c := p.handle(ctx); c != nil && c.Policy != nil {
+			admission.RateLimitHeaders(ctx, c)
 		}
 		return
 	}
 	span.SetAttributes(attribute.String("http.request.method", string(ctx.Method())), attribute.String("url.path", string(ctx.Path())))
 	ctx.SetUserValue(tracing.Key, tc)
-	if c := p.handle(ctx); c != nil && c.policy != nil {
-		rateLimitHeaders(ctx, c)
+	if c := p.handle(ctx); c != nil && c.Policy != nil {
+		admission.RateLimitHeaders(ctx, c)
 	}
 	status := ctx.Response.StatusCode()
 	span.SetAttributes(attribute.Int("http.response.status_code", status),

@@ -20,6 +20,8 @@ var (
 	hdrAge            = []byte("Age")
 	hdrETag           = []byte("ETag")
 	hdrVary           = []byte("Vary")
+	valOrigin         = []byte("Origin")
+	valAEOrigin       = []byte("Accept-Encoding, Origin")
 	hdrRetryAfter     = []byte("Retry-After")
 	hdrAllow          = []byte("Allow")
 	valAllow          = []byte("GET, HEAD")
@@ -126,7 +128,7 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	}
 	h.SetCanonical(hdrETag, etag)
 	vary := valAcceptEncoding
-	if p.settings.Load().cors.headers(ctx) {
+	if p.settings.Load().cors.Headers(ctx) {
 		vary = valAEOrigin
 	}
 	h.SetCanonical(hdrVary, vary)
@@ -278,7 +280,7 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
 // entry (an error, a passed-through envelope), with Vary: Origin when the
 // answer depends on it.
 func (p *Proxy) corsHeaders(ctx *fasthttp.RequestCtx) {
-	if p.settings.Load().cors.headers(ctx) {
+	if p.settings.Load().cors.Headers(ctx) {
 		ctx.Response.Header.SetCanonical(hdrVary, valOrigin)
 	}
 }

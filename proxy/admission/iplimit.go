@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"hash/maphash"

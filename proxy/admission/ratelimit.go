@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"math"
@@ -28,8 +28,8 @@ func rateLimitPolicy(rate float64, burst int) []byte {
 	return strconv.AppendInt(b, int64(max(1, math.Ceil(float64(burst)/rate))), 10)
 }
 
-// rateLimitHeaders adds both fields for c, which has a limit.
-func rateLimitHeaders(ctx *fasthttp.RequestCtx, c *client) {
+// RateLimitHeaders adds both fields for c, which has a limit.
+func RateLimitHeaders(ctx *fasthttp.RequestCtx, c *Client) {
 	l := c.limiter
 	tokens := max(0, l.TokensAt(time.Now()))
 	var buf [64]byte
@@ -37,6 +37,6 @@ func rateLimitHeaders(ctx *fasthttp.RequestCtx, c *client) {
 	b = strconv.AppendInt(b, int64(tokens), 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, int64(math.Ceil((float64(l.Burst())-tokens)/float64(l.Limit()))), 10)
-	ctx.Response.Header.SetCanonical(hdrRateLimitPolicy, c.policy)
+	ctx.Response.Header.SetCanonical(hdrRateLimitPolicy, c.Policy)
 	ctx.Response.Header.SetCanonical(hdrRateLimit, b)
 }

@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"bytes"
@@ -16,13 +16,13 @@ import (
 	"explorer-edge/signer"
 )
 
-// admission decides whether a request may go on: the SVC-ACCESS-* signature
+// Rules decides whether a request may go on: the SVC-ACCESS-* signature
 // of a configured client (auth.mode signed) and the client's rate, or a rate
 // per client IP (auth.mode off).
-type admission struct {
+type Rules struct {
 	signed  bool
 	maxSkew time.Duration
-	clients map[string]*client // by api key
+	clients map[string]*Client // by api key
 	ipRate  float64
 	ipBurst int
 	ipV6    int // bits of an IPv6 address one bucket covers
@@ -35,17 +35,17 @@ type admission struct {
 	anon *upstream.Tenant
 }
 
-type client struct {
-	name       string
+type Client struct {
+	Name       string
 	passphrase []byte
 	signer     *signer.Signer
 	limiter    *rate.Limiter // nil = no limit
 	tenant     *upstream.Tenant
-	policy     []byte // its RateLimit-Policy value; nil without a limit
+	Policy     []byte // its RateLimit-Policy value; nil without a limit
 }
 
-func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
-	a := &admission{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*client{},
+func New(cfg config.Auth, m *metrics.Metrics) (*Rules, error) {
+	a := &Rules{signed: cfg.Mode == "signed", maxSkew: cfg.MaxSkew, clients: map[string]*Client{},
 		ipRate: cfg.IPRate, ipBurst: cfg.IPBurst, ipV6: cfg.IPv6Prefix, m: m,
 		anon: &upstream.Tenant{Name: "anonymous", Share: 1}}
 	if !a.signed { // signed, no request is anonymous: no series that cannot move
@@ -56,12 +56,12 @@ func newAdmission(cfg config.Auth, m *metrics.Metrics) (*admission, error) {
 		if share == 0 {
 			share = 1
 		}
-		cl := &client{name: c.Name, passphrase: []byte(c.Passphrase),
+		cl := &Client{Name: c.Name, passphrase: []byte(c.Passphrase),
 			signer: signer.New(signer.Credentials{APIKey: c.APIKey, SecretKey: c.SecretKey, Passphrase: c.Passphrase}),
 			tenant: &upstream.Tenant{Name: c.Name, Share: share, Acct: m.Client(c.Name)}}
 		if c.Rate > 0 {
 			cl.limiter = rate.NewLimiter(rate.Limit(c.Rate), c.Burst)
-			cl.policy = rateLimitPolicy(c.Rate, c.Burst)
+			cl.Policy = rateLimitPolicy(c.Rate, c.Burst)
 		}
 		a.clients[c.APIKey] = cl
 	}
@@ -95,9 +95,9 @@ func parseTrusted(s string) (netip.Prefix, error) {
 	return p.Masked(), nil
 }
 
-// inherit keeps the rate state of clients and IPs across a reload, so a
+// Inherit keeps the rate state of clients and IPs across a reload, so a
 // reload is not a way around a limit.
-func (a *admission) inherit(old *admission) {
+func (a *Rules) Inherit(old *Rules) {
 	for key, c := range a.clients {
 		if o, ok := old.clients[key]; ok && o.limiter != nil && c.limiter != nil {
 			o.limiter.SetLimit(c.limiter.Limit())
@@ -128,11 +128,11 @@ var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.He
 
 var methodGET = []byte("GET")
 
-// admit returns a nil error when the request may go on, and the signed
+// Admit returns a nil error when the request may go on, and the signed
 // client it comes from (nil when auth is off or the signature is bad).
-func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *envelope.Error) {
+func (a *Rules) Admit(ctx *fasthttp.RequestCtx, now time.Time) (*Client, *envelope.Error) {
 	if !a.signed {
-		return nil, a.admitIP(ctx, now)
+		return nil, a.AdmitIP(ctx, now)
 	}
 	c, err := a.verify(&ctx.Request.Header, now)
 	if err != nil {
@@ -147,20 +147,20 @@ func (a *admission) admit(ctx *fasthttp.RequestCtx, now time.Time) (*client, *en
 	return c, nil
 }
 
-// tenantOf is who a request of c is charged to.
-func (a *admission) tenantOf(c *client) *upstream.Tenant {
+// TenantOf is who a request of c is charged to.
+func (a *Rules) TenantOf(c *Client) *upstream.Tenant {
 	if c == nil {
 		return a.anon
 	}
 	return c.tenant
 }
 
-// admitIP applies the per-IP rate, when there is one.
-func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.Error {
+// AdmitIP applies the per-IP rate, when there is one.
+func (a *Rules) AdmitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.Error {
 	if a.ips == nil {
 		return nil
 	}
-	if ok, wait := a.ips.allow(ipKey(a.clientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
+	if ok, wait := a.ips.allow(ipKey(a.ClientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
 		a.anon.Acct.Refused(metrics.RefusedRateLimit)
 		return errClientLimited.With(nil, envelope.CeilSeconds(wait))
@@ -170,7 +170,7 @@ func (a *admission) admitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.E
 
 // verify checks the four SVC-ACCESS headers against the raw request target
 // as received: clients encode commas and order parameters their own way.
-func (a *admission) verify(h *fasthttp.RequestHeader, now time.Time) (*client, *envelope.Error) {
+func (a *Rules) verify(h *fasthttp.RequestHeader, now time.Time) (*Client, *envelope.Error) {
 	key := h.PeekBytes(hdrKey)
 	pass := h.PeekBytes(hdrPass)
 	sign := h.PeekBytes(hdrSign)
@@ -207,17 +207,17 @@ func (a *admission) verify(h *fasthttp.RequestHeader, now time.Time) (*client, *
 	return c, nil
 }
 
-// clientIP is the peer address or, when the peer is a trusted proxy, the
+// ClientIP is the peer address or, when the peer is a trusted proxy, the
 // rightmost address of X-Forwarded-For that is not a trusted proxy. Every
 // X-Forwarded-For line counts, as one list in the order received: a proxy
 // may append to the line it got (nginx) or add a line of its own (HAProxy's
 // option forwardfor), and then the client's own, possibly forged, line
 // comes first. Walking from the right, each address was written by the hop
 // before it, so the first untrusted one is the client as our proxies saw it.
-func (a *admission) clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
+func (a *Rules) ClientIP(ctx *fasthttp.RequestCtx) netip.Addr {
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
 	ip = ip.Unmap()
-	if !a.isTrusted(ip) {
+	if !a.IsTrusted(ip) {
 		return ip
 	}
 	lines := ctx.Request.Header.PeekAll("X-Forwarded-For")
@@ -233,7 +233,7 @@ func (a *admission) clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
 			if !ok {
 				return ip // garbage: the last hop we can vouch for
 			}
-			if !a.isTrusted(cand) {
+			if !a.IsTrusted(cand) {
 				return cand
 			}
 			ip = cand
@@ -263,7 +263,7 @@ func parseForwarded(b []byte) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-func (a *admission) isTrusted(ip netip.Addr) bool {
+func (a *Rules) IsTrusted(ip netip.Addr) bool {
 	for _, p := range a.trusted {
 		if p.Contains(ip) {
 			return true
@@ -279,4 +279,50 @@ func untilToken(l *rate.Limiter, now time.Time) time.Duration {
 		return time.Second
 	}
 	return time.Duration(missing / float64(l.Limit()) * float64(time.Second))
+}
+
+// verifiedKey is the user value of a request holding what admission
+// found: the client whose signature it verified, or a nil *client when it
+// refused the request (a zero-size key: no allocation).
+type verifiedKey struct{}
+
+// SetVerified records admission's verdict on ctx: c verified (nil:
+// refused). Only with auth.mode signed.
+func (a *Rules) SetVerified(ctx *fasthttp.RequestCtx, c *Client) {
+	if a.signed {
+		ctx.SetUserValue(verifiedKey{}, c)
+	}
+}
+
+// ClientOf is the client a request is counted and logged as: the one
+// whose signature admission verified. A request refused before admission
+// (an unknown path, a method, a framing refusal) has its signature checked
+// here, so that a signed client's 404 is still its own; one that carries a
+// client's key but no valid signature is no client's (the key is public).
+func (a *Rules) ClientOf(ctx *fasthttp.RequestCtx) *Client {
+	if !a.signed {
+		return nil
+	}
+	if c, admitted := ctx.UserValue(verifiedKey{}).(*Client); admitted {
+		return c
+	}
+	c, err := a.verify(&ctx.Request.Header, time.Now())
+	if err != nil {
+		return nil
+	}
+	a.SetVerified(ctx, c) // the access line and the accounting ask both
+	return c
+}
+
+// Payer is the tenant an answered request is counted on: the signed
+// client whose signature admission verified, or anonymous when auth is
+// off; nil for any other request (its key may be anyone's).
+func (a *Rules) Payer(ctx *fasthttp.RequestCtx) *upstream.Tenant {
+	if !a.signed {
+		return a.anon
+	}
+	if c := a.ClientOf(ctx); c != nil {
+		return c.tenant
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"encoding/binary"
@@ -124,7 +124,7 @@ func TestIPv6PrefixSharesBucket(t *testing.T) {
 	}{{64, 1}, {128, 2}} {
 		cfg := config.Default().Auth
 		cfg.IPRate, cfg.IPBurst, cfg.IPv6Prefix = 0.001, 1, tc.bits
-		adm, err := newAdmission(cfg, metrics.New(route.Names(), nil, nil))
+		adm, err := New(cfg, metrics.New(route.Names(), nil, nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestIPv6PrefixSharesBucket(t *testing.T) {
 		for _, ip := range []netip.Addr{a, b} {
 			var ctx fasthttp.RequestCtx
 			ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: ip.AsSlice()}, nil)
-			if _, err := adm.admit(&ctx, time.Unix(1_800_000_000, 0)); err == nil {
+			if _, err := adm.Admit(&ctx, time.Unix(1_800_000_000, 0)); err == nil {
 				allowed++
 			}
 		}

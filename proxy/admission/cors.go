@@ -1,4 +1,4 @@
-package proxy
+package admission
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 
 var (
 	hdrOrigin   = []byte("Origin")
+	hdrVary     = []byte("Vary")
 	hdrACAO     = []byte("Access-Control-Allow-Origin")
 	hdrACEH     = []byte("Access-Control-Expose-Headers")
 	hdrACAM     = []byte("Access-Control-Allow-Methods")
@@ -35,20 +36,20 @@ var (
 	valExposeHeaders = []byte("Cache-Status, Age, ETag, Retry-After, X-Request-Id, RateLimit, RateLimit-Policy")
 )
 
-// corsPolicy is cors.* of the configuration, ready for the request path.
-type corsPolicy struct {
+// CORS is cors.* of the configuration, ready for the request path.
+type CORS struct {
 	any          bool     // "*"
 	origins      [][]byte // lower case, no trailing slash
 	maxAge       []byte   // seconds
 	allowHeaders []byte   // cors.allow_headers joined; nil: none but the safelisted
 }
 
-// newCORS returns nil when CORS is off.
-func newCORS(cfg config.CORS) *corsPolicy {
+// NewCORS returns nil when CORS is off.
+func NewCORS(cfg config.CORS) *CORS {
 	if len(cfg.AllowOrigins) == 0 {
 		return nil
 	}
-	c := &corsPolicy{maxAge: strconv.AppendInt(nil, int64(cfg.MaxAge.Seconds()), 10)}
+	c := &CORS{maxAge: strconv.AppendInt(nil, int64(cfg.MaxAge.Seconds()), 10)}
 	if len(cfg.AllowHeaders) > 0 {
 		c.allowHeaders = []byte(strings.Join(cfg.AllowHeaders, ", "))
 	}
@@ -62,9 +63,9 @@ func newCORS(cfg config.CORS) *corsPolicy {
 	return c
 }
 
-// allowOrigin is the Access-Control-Allow-Origin value for this request,
+// AllowOrigin is the Access-Control-Allow-Origin value for this request,
 // or nil for none.
-func (c *corsPolicy) allowOrigin(ctx *fasthttp.RequestCtx) []byte {
+func (c *CORS) AllowOrigin(ctx *fasthttp.RequestCtx) []byte {
 	if c.any {
 		return valStar
 	}
@@ -80,13 +81,13 @@ func (c *corsPolicy) allowOrigin(ctx *fasthttp.RequestCtx) []byte {
 	return nil
 }
 
-// headers adds the CORS headers of an answer (hit, miss or error) and
+// Headers adds the CORS Headers of an answer (hit, miss or error) and
 // says whether it depends on Origin (for Vary).
-func (c *corsPolicy) headers(ctx *fasthttp.RequestCtx) (varyOrigin bool) {
+func (c *CORS) Headers(ctx *fasthttp.RequestCtx) (varyOrigin bool) {
 	if c == nil {
 		return false
 	}
-	if o := c.allowOrigin(ctx); o != nil {
+	if o := c.AllowOrigin(ctx); o != nil {
 		h := &ctx.Response.Header
 		h.SetCanonical(hdrACAO, o)
 		h.SetCanonical(hdrACEH, valExposeHeaders)
@@ -94,14 +95,14 @@ func (c *corsPolicy) headers(ctx *fasthttp.RequestCtx) (varyOrigin bool) {
 	return !c.any
 }
 
-// preflight answers an OPTIONS preflight (a request with
+// Preflight answers an OPTIONS Preflight (a request with
 // Access-Control-Request-Method) from an allowed origin with 204; it
 // reports false, answering nothing, for any other request.
-func (c *corsPolicy) preflight(ctx *fasthttp.RequestCtx) bool {
+func (c *CORS) Preflight(ctx *fasthttp.RequestCtx) bool {
 	if c == nil || !ctx.IsOptions() || len(ctx.Request.Header.PeekBytes(hdrACRM)) == 0 {
 		return false
 	}
-	o := c.allowOrigin(ctx)
+	o := c.AllowOrigin(ctx)
 	if o == nil || len(ctx.Request.Header.PeekBytes(hdrOrigin)) == 0 {
 		return false
 	}

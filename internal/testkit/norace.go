@@ -1,0 +1,6 @@
+//go:build !race
+
+package testkit
+
+// Race: the race detector is on (see race.go).
+const Race = false
