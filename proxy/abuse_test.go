@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -63,21 +62,6 @@ func rawExchange(t *testing.T, addr, request string, n int) []*http.Response {
 func readAll(r *http.Response) []byte {
 	b, _ := io.ReadAll(r.Body)
 	return b
-}
-
-// checkEnvelope: a well-formed error envelope of code, whose msg is valid
-// UTF-8 and names param.
-func checkEnvelope(t *testing.T, what string, status int, body []byte, wantStatus int, code, param string) {
-	t.Helper()
-	var env struct {
-		Code string          `json:"code"`
-		Msg  string          `json:"msg"`
-		Data json.RawMessage `json:"data"`
-	}
-	if status != wantStatus || json.Unmarshal(body, &env) != nil || env.Code != code || string(env.Data) != "[]" ||
-		!utf8.ValidString(env.Msg) || !strings.Contains(env.Msg, param) {
-		t.Errorf("%s: %d %s, want %d code %s naming %s", what, status, body, wantStatus, code, param)
-	}
 }
 
 // Clients that misbehave on purpose get clear errors or are cut off, and
@@ -168,7 +152,7 @@ func TestClientAbuse(t *testing.T) {
 			{"chainShortName=CHAINX&height=\xe2\x82", "height"},
 		} {
 			res := rawExchange(t, h.addr, "GET "+blocks+"?"+c.query+" HTTP/1.1\r\nHost: x\r\n\r\n", 1)[0]
-			checkEnvelope(t, c.query, res.StatusCode, readAll(res), 400, "50036", c.param)
+			testkit.CheckEnvelope(t, c.query, res.StatusCode, readAll(res), 400, "50036", c.param)
 		}
 		// Percent-encoded spellings of a valid query are that query.
 		for _, q := range []string{"chainShortName=CHAIN%58&limit=2", "chain%53hortName=chainx&limit=%32", "chainShortName=%20CHAINX%20&limit=2"} {
@@ -197,7 +181,7 @@ func TestClientAbuse(t *testing.T) {
 			{"/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + h.sim.CrossHashes("TRADE_ZONE", 1)[0] + "&txId=" + h.sim.UnknownHash(1), "txId"},
 		} {
 			r := h.get(c.target)
-			checkEnvelope(t, c.target, r.status, r.body, 400, "50036", c.param)
+			testkit.CheckEnvelope(t, c.target, r.status, r.body, 400, "50036", c.param)
 		}
 		wellBehaved(t)
 	})
@@ -248,9 +232,9 @@ func TestClientAbuse(t *testing.T) {
 		}
 		// A body on a GET and a POST with a large body.
 		res := rawExchange(t, h.addr, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", 1)[0]
-		checkEnvelope(t, "POST", res.StatusCode, readAll(res), 405, "50115", "GET")
+		testkit.CheckEnvelope(t, "POST", res.StatusCode, readAll(res), 405, "50115", "GET")
 		res = rawExchange(t, h.addr, "POST "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n", 1)[0]
-		checkEnvelope(t, "a 10 MB body", res.StatusCode, readAll(res), 413, "50036", "body")
+		testkit.CheckEnvelope(t, "a 10 MB body", res.StatusCode, readAll(res), 413, "50036", "body")
 		wellBehaved(t)
 	})
 }

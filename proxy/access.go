@@ -12,6 +12,7 @@ import (
 
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/server"
 )
 
 // noResult is the cache result of a request refused before the cache.
@@ -63,7 +64,7 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id route.ID, result int, cod
 		slog.String("cache", cache),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		slog.String("client_ip", s.auth.ClientIP(ctx).String()),
-		slog.String("request_id", string(ctx.Response.Header.PeekBytes(hdrRequestID))),
+		slog.String("request_id", string(ctx.Response.Header.PeekBytes(server.HeaderRequestID))),
 	)
 	if c := s.auth.ClientOf(ctx); c != nil {
 		attrs = append(attrs, slog.String("client", c.Name))

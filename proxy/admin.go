@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/server"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -17,7 +18,7 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		defer p.recoverRequest(ctx, "admin")
 		path := string(ctx.Path())
-		if healthOnly(ctx.Conn()) {
+		if server.HealthOnly(ctx.Conn()) {
 			// A place beyond admin_max_conns (AdminListener): one probe.
 			defer ctx.SetConnectionClose()
 			if path != "/healthz" && path != "/readyz" {

@@ -13,6 +13,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/server"
 	"explorer-edge/sim"
 )
 
@@ -25,8 +26,9 @@ func serveAdmin(t *testing.T, h *harness, hold time.Duration) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := h.p.Listener(ln, AdminListener(h.cfg))
-	l.(*guardedListener).hold = hold
+	lc := server.AdminListener(h.cfg)
+	lc.HealthHold = hold
+	l := h.p.Listener(ln, lc)
 	srv := h.p.NewAdminServer(h.cfg)
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Shutdown() })
@@ -44,13 +46,13 @@ func TestAdminServerLogsAsThePublicOne(t *testing.T) {
 	var logs testkit.LogBuffer
 	h.log = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h.start()
-	addr := serveAdmin(t, h, healthHold)
+	addr := serveAdmin(t, h, server.HealthHold)
 	for _, req := range []string{
 		"POST /purge HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer " + token + "\x01\r\n\r\n",
 		"POST /purge HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer " + token + "\r\nno colon here\r\n\r\n",
 	} {
 		res := rawExchange(t, addr, req, 1)[0]
-		checkEnvelope(t, "a malformed request", res.StatusCode, readAll(res), 400, "50036", "Malformed request")
+		testkit.CheckEnvelope(t, "a malformed request", res.StatusCode, readAll(res), 400, "50036", "Malformed request")
 	}
 	testkit.WaitFor(t, "fasthttp's 2 lines", func() bool { return logs.Count(t, "fasthttp") == 2 })
 	if strings.Contains(logs.String(), token) {
@@ -59,7 +61,7 @@ func TestAdminServerLogsAsThePublicOne(t *testing.T) {
 }
 
 // TestAdminHealthReserve: beyond admin_max_conns the admin listener takes
-// healthReserve more connections, each for one /healthz or /readyz; any
+// server.HealthReserve more connections, each for one /healthz or /readyz; any
 // other request on one is refused, a connection beyond the reserve too,
 // and one that asks nothing is closed after its hold, its place given
 // back.
@@ -82,17 +84,17 @@ func TestAdminHealthReserve(t *testing.T) {
 		for _, req := range []string{"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "POST /purge HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"} {
 			res := rawExchange(t, addr, req, 1)[0]
 			what := req[:strings.Index(req, " HTTP")] + " at the cap"
-			checkEnvelope(t, what, res.StatusCode, readAll(res), 503, "50001", "/healthz and /readyz only")
+			testkit.CheckEnvelope(t, what, res.StatusCode, readAll(res), 503, "50001", "/healthz and /readyz only")
 			if !res.Close {
 				t.Errorf("%s: the connection is kept", what)
 			}
 		}
 		testkit.WaitFor(t, "the reserve's places given back", func() bool { return testutil.ToFloat64(open) == maxConns })
 		// The reserve full, a connection is refused as at any cap.
-		holdIdle(t, addr, nil, healthReserve)
-		testkit.WaitFor(t, "the reserve full", func() bool { return testutil.ToFloat64(open) == maxConns+healthReserve })
+		holdIdle(t, addr, nil, server.HealthReserve)
+		testkit.WaitFor(t, "the reserve full", func() bool { return testutil.ToFloat64(open) == maxConns+server.HealthReserve })
 		res, body := told(t, addr, nil)
-		checkEnvelope(t, "beyond the reserve", res.StatusCode, body, 503, "50001", "connections open")
+		testkit.CheckEnvelope(t, "beyond the reserve", res.StatusCode, body, 503, "50001", "connections open")
 		if n := testutil.ToFloat64(refused); n != 1 {
 			t.Errorf("connections_refused_total{admin,max_conns} = %v, want 1", n)
 		}

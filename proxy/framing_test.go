@@ -16,6 +16,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/server"
 	"explorer-edge/sim"
 )
 
@@ -73,7 +74,7 @@ func TestRequestFramingRefused(t *testing.T) {
 				t.Fatalf("no answer (connection open: %v)", open)
 			}
 			res := answers[0]
-			checkEnvelope(t, c.name, res.StatusCode, bodies[0], 400, "50036", c.why)
+			testkit.CheckEnvelope(t, c.name, res.StatusCode, bodies[0], 400, "50036", c.why)
 			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q", ct)
 			}
@@ -126,7 +127,7 @@ func TestRefusalsAreEnvelopes(t *testing.T) {
 				t.Fatalf("%d answers, want 1", len(answers))
 			}
 			res := answers[0]
-			checkEnvelope(t, c.name, res.StatusCode, bodies[0], c.status, c.code, c.why)
+			testkit.CheckEnvelope(t, c.name, res.StatusCode, bodies[0], c.status, c.code, c.why)
 			if ct := res.Header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q, want application/json", ct)
 			}
@@ -135,7 +136,7 @@ func TestRefusalsAreEnvelopes(t *testing.T) {
 	for _, method := range []string{"POST", "PUT", "DELETE", "PATCH", "OPTIONS"} {
 		res := rawExchange(t, h.addr, method+" "+good+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 1)[0]
 		body := readAll(res)
-		checkEnvelope(t, method, res.StatusCode, body, 405, "50115", "GET")
+		testkit.CheckEnvelope(t, method, res.StatusCode, body, 405, "50115", "GET")
 		if allow := res.Header.Get("Allow"); allow != "GET, HEAD" {
 			t.Errorf("%s: Allow %q, want \"GET, HEAD\"", method, allow)
 		}
@@ -171,7 +172,7 @@ func TestFramingCheckAllocatesNothing(t *testing.T) {
 	if err := ctx.Request.Read(bufio.NewReader(strings.NewReader(browserRequest))); err != nil {
 		t.Fatal(err)
 	}
-	if e := framingError(&ctx.Request.Header); e != nil {
+	if e := server.FramingError(&ctx.Request.Header); e != nil {
 		t.Fatalf("a browser's request refused: %v", e)
 	}
 	allocs := testing.AllocsPerRun(200, func() {
@@ -192,7 +193,7 @@ func BenchmarkFramingCheck(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if framingError(&req.Header) != nil {
+		if server.FramingError(&req.Header) != nil {
 			b.Fatal("refused")
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,7 +19,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
-	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/server"
 	"explorer-edge/sim"
 )
 
@@ -104,7 +103,7 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 	fl.failNext(bursts...)
 	srv := h.p.NewServer(h.cfg.Server)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(h.p.Listener(fl, PublicListener(h.cfg.Server))) }()
+	go func() { served <- srv.Serve(h.p.Listener(fl, server.PublicListener(h.cfg.Server))) }()
 	const good = "/api/v5/chainx/block/block-list?chainShortName=CHAINX&limit=2"
 	if status := getOnNewConn(t, fl.Addr().String(), good); status != 200 {
 		t.Fatalf("after %d failed accepts: %d", len(bursts), status)
@@ -127,7 +126,7 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 		t.Errorf("accept_errors_total{listener=public} = %v, want %d", n, 2*len(bursts))
 	}
 	if n := logs.Count(t, "accept failing; retrying"); n != 1 {
-		t.Errorf("%d warnings for %d failed accepts within %s, want 1", n, 2*len(bursts), logInterval)
+		t.Errorf("%d warnings for %d failed accepts within the log interval, want 1", n, 2*len(bursts))
 	}
 
 	// Shutdown closes the listener; Serve returns at once even while
@@ -160,13 +159,13 @@ func TestListenerSurvivesAcceptErrors(t *testing.T) {
 	defer other.Close()
 	boom := errors.New("listener broken")
 	other.failNext(boom)
-	if _, err := h.p.Listener(other, ListenerConfig{Name: "admin"}).Accept(); !errors.Is(err, boom) {
+	if _, err := h.p.Listener(other, server.ListenerConfig{Name: "admin"}).Accept(); !errors.Is(err, boom) {
 		t.Errorf("Accept on a broken listener: %v", err)
 	}
 }
 
 // capped serves h's edge on a new listener guarded by cfg.
-func capped(t *testing.T, h *harness, cfg ListenerConfig) string {
+func capped(t *testing.T, h *harness, cfg server.ListenerConfig) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -222,11 +221,11 @@ func TestListenerCaps(t *testing.T) {
 	open := h.m.ConnsOpen.WithLabelValues("public")
 
 	t.Run("max_conns", func(t *testing.T) {
-		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 3, Gather: true})
+		addr := capped(t, h, server.ListenerConfig{Name: "public", MaxConns: 3, Gather: true})
 		idle := holdIdle(t, addr, nil, 3)
 		testkit.WaitFor(t, "3 connections open", func() bool { return testutil.ToFloat64(open) == 3 })
 		res, body := told(t, addr, nil)
-		checkEnvelope(t, "the 4th connection", res.StatusCode, body, 503, "50001", "connections")
+		testkit.CheckEnvelope(t, "the 4th connection", res.StatusCode, body, 503, "50001", "connections")
 		if res.Header.Get("Content-Type") != "application/json" || res.Header.Get("Retry-After") != "1" || !res.Close {
 			t.Errorf("refusal headers: %v", res.Header)
 		}
@@ -245,11 +244,11 @@ func TestListenerCaps(t *testing.T) {
 	})
 
 	t.Run("max_conns_per_ip", func(t *testing.T) {
-		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
+		addr := capped(t, h, server.ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
 		holdIdle(t, addr, nil, 2)
 		testkit.WaitFor(t, "2 connections open", func() bool { return testutil.ToFloat64(open) == 2 })
 		res, body := told(t, addr, nil)
-		checkEnvelope(t, "a 3rd connection from one address", res.StatusCode, body, 429, "50011", "at most 2")
+		testkit.CheckEnvelope(t, "a 3rd connection from one address", res.StatusCode, body, 429, "50011", "at most 2")
 		// Another address is not held back by the first one's.
 		other := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}
 		d := net.Dialer{LocalAddr: other, Timeout: 5 * time.Second}
@@ -267,22 +266,10 @@ func TestListenerCaps(t *testing.T) {
 
 	t.Run("trusted proxies are exempt", func(t *testing.T) {
 		h := newHarness(t, func(c *config.Config, _ *sim.Config) { c.Auth.TrustedProxies = []string{"127.0.0.1"} })
-		addr := capped(t, h, ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
+		addr := capped(t, h, server.ListenerConfig{Name: "public", MaxConns: 100, MaxConnsPerIP: 2, Gather: true})
 		holdIdle(t, addr, nil, 4)
 		if status := getOnNewConn(t, addr, good); status != 200 {
 			t.Errorf("a 5th connection from a trusted proxy: %d", status)
 		}
 	})
-}
-
-// The refusal a capped listener writes is a whole HTTP/1.1 answer that Go's
-// client reads as such.
-func TestRefusalAnswerIsHTTP(t *testing.T) {
-	b := refusalAnswer(&envelope.Error{Status: 503, Code: "50001", Msg: `say "why"`, RetryAfter: 1})
-	res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(string(b))), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	checkEnvelope(t, "refusal", res.StatusCode, body, 503, "50001", `say "why"`)
 }

@@ -106,7 +106,7 @@ func TestFailureLogSampledEndToEnd(t *testing.T) {
 func TestFasthttpWarningsAreSampled(t *testing.T) {
 	h := newHarness(t)
 	logs := withLog(h)
-	l := connLogger{h.p}
+	l := h.p.connLogger()
 	for i := range 1_000 {
 		l.Printf("The number of connections from %s exceeds MaxConnsPerIP=%d", fmt.Sprintf("203.0.113.%d", i%250), 4)
 	}

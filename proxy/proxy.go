@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/server"
 	"explorer-edge/proxy/tracing"
 	"explorer-edge/proxy/truth"
 	"explorer-edge/proxy/upstream"
@@ -74,7 +77,7 @@ type Proxy struct {
 
 	repeats logsample.Repeats // sampling of the lines clients can repeat
 
-	ids requestIDs // X-Request-Id of requests that came without one
+	ids server.RequestIDs // X-Request-Id of requests that came without one
 
 	tr *tracing.Tracing // nil: tracing off (trace.go)
 
@@ -126,7 +129,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	p.top.init(cfg.Admin.TopSample)
 	p.configApplied(&cfg, true)
-	p.ids.init()
+	p.ids.Init()
 	p.up, err = upstream.NewPool(cfg.Upstream, upstream.Options{Metrics: p.metrics, Log: p.log,
 		Budget: o.Budget, AccountBudget: o.AccountBudget, Tracing: p.tr, Sample: p.sampleWarn,
 		// An eighth of the cache's bytes in answers being fetched at once,
@@ -263,8 +266,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
 	}
-	p.requestID(ctx)
-	if e := framingError(&ctx.Request.Header); e != nil {
+	p.ids.Set(ctx)
+	if e := server.FramingError(&ctx.Request.Header); e != nil {
 		p.refuseFraming(ctx, start, e)
 		return nil
 	}
@@ -701,4 +704,31 @@ func (p *Proxy) SelfCheck(ctx context.Context) error {
 // `every` until each answers or ctx ends.
 func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
 	p.up.RetrySelfCheck(ctx, p.chains[0], every)
+}
+
+// Listener guards ln with the connection caps of cfg (server.Guard); peers
+// in auth.trusted_proxies are exempt from the cap per address.
+func (p *Proxy) Listener(ln net.Listener, cfg server.ListenerConfig) net.Listener {
+	return server.Guard(ln, cfg, p.metrics, p.log, func(ip netip.Addr) bool {
+		return p.settings.Load().auth.IsTrusted(ip.Unmap())
+	})
+}
+
+// NewServer is the public fasthttp server of cfg serving Handle
+// (server.New).
+func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
+	return server.New(cfg, p.Handle, p.unreadable(server.HeadersTooLarge(cfg.MaxHeaderBytes)), p.connLogger())
+}
+
+// NewAdminServer is the admin port's fasthttp server serving AdminHandler
+// (server.NewAdmin).
+func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
+	return server.NewAdmin(cfg, p.AdminHandler(), func(ctx *fasthttp.RequestCtx, err error) {
+		adminError(ctx, server.UnreadableError(err, server.ErrAdminHeadersTooLarge))
+	}, p.connLogger())
+}
+
+// connLogger takes fasthttp's lines into the edge's log, sampled.
+func (p *Proxy) connLogger() server.ConnLogger {
+	return server.ConnLogger{Log: p.log, Sample: p.sampleWarn}
 }

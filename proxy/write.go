@@ -11,6 +11,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/server"
 )
 
 var (
@@ -262,7 +263,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id route.ID, start time.Time, err
 
 // writeError replaces the response with e's envelope.
 func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
-	resetResponse(ctx)
+	server.ResetResponse(ctx)
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)

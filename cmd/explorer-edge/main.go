@@ -30,6 +30,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/server"
 	"explorer-edge/proxy/tracing"
 	"explorer-edge/proxy/upstream"
 )
@@ -260,9 +261,9 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	srv := p.NewServer(cfg.Server)
 	admin := p.NewAdminServer(cfg)
 	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(p.Listener(ln, proxy.PublicListener(cfg.Server))) }()
+	go func() { errc <- srv.Serve(p.Listener(ln, server.PublicListener(cfg.Server))) }()
 	go func() {
-		errc <- admin.Serve(p.Listener(adminLn, proxy.AdminListener(cfg)))
+		errc <- admin.Serve(p.Listener(adminLn, server.AdminListener(cfg)))
 	}()
 	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")

@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"encoding/hex"
@@ -9,21 +9,23 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-var hdrRequestID = []byte("X-Request-Id")
+// HeaderRequestID names the header of a request's id.
+var HeaderRequestID = []byte("X-Request-Id")
 
 // maxRequestIDLen bounds an X-Request-Id taken from a client.
 const maxRequestIDLen = 128
 
-// requestIDs makes the X-Request-Id of requests that came without one: a
+// RequestIDs makes the X-Request-Id of requests that came without one: a
 // random prefix per process and a counter, "3f9a1c2b7d4e5f60-42". Unique
 // across a fleet (64 random bits per process) and cheap: no allocation, no
 // randomness per request.
-type requestIDs struct {
+type RequestIDs struct {
 	prefix [17]byte // 16 hex digits and '-'
 	n      atomic.Uint64
 }
 
-func (r *requestIDs) init() {
+// Init draws the prefix of the ids made.
+func (r *RequestIDs) Init() {
 	var b [8]byte
 	for i := range b {
 		b[i] = byte(rand.Uint32())
@@ -32,18 +34,18 @@ func (r *requestIDs) init() {
 	r.prefix[16] = '-'
 }
 
-// requestID sets the answer's X-Request-Id: the client's (a load balancer's
+// Set sets the answer's X-Request-Id: the client's (a load balancer's
 // or a frontend's trace id) when it is sane, so the edge's access log joins
 // theirs, else a new one. fail keeps it across its reset.
-func (p *Proxy) requestID(ctx *fasthttp.RequestCtx) {
-	if id := ctx.Request.Header.PeekBytes(hdrRequestID); saneRequestID(id) {
-		ctx.Response.Header.SetCanonical(hdrRequestID, id)
+func (r *RequestIDs) Set(ctx *fasthttp.RequestCtx) {
+	if id := ctx.Request.Header.PeekBytes(HeaderRequestID); saneRequestID(id) {
+		ctx.Response.Header.SetCanonical(HeaderRequestID, id)
 		return
 	}
-	var buf [len(requestIDs{}.prefix) + 20]byte
-	b := append(buf[:0], p.ids.prefix[:]...)
-	b = strconv.AppendUint(b, p.ids.n.Add(1), 10)
-	ctx.Response.Header.SetCanonical(hdrRequestID, b)
+	var buf [len(RequestIDs{}.prefix) + 20]byte
+	b := append(buf[:0], r.prefix[:]...)
+	b = strconv.AppendUint(b, r.n.Add(1), 10)
+	ctx.Response.Header.SetCanonical(HeaderRequestID, b)
 }
 
 // saneRequestID: 1 to maxRequestIDLen visible ASCII characters. Anything
@@ -61,12 +63,12 @@ func saneRequestID(id []byte) bool {
 	return true
 }
 
-// resetResponse empties the response for an error, keeping X-Request-Id.
-func resetResponse(ctx *fasthttp.RequestCtx) {
+// ResetResponse empties the response for an error, keeping X-Request-Id.
+func ResetResponse(ctx *fasthttp.RequestCtx) {
 	var buf [maxRequestIDLen]byte
-	id := append(buf[:0], ctx.Response.Header.PeekBytes(hdrRequestID)...)
+	id := append(buf[:0], ctx.Response.Header.PeekBytes(HeaderRequestID)...)
 	ctx.Response.Reset()
 	if len(id) > 0 {
-		ctx.Response.Header.SetCanonical(hdrRequestID, id)
+		ctx.Response.Header.SetCanonical(HeaderRequestID, id)
 	}
 }

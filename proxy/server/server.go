@@ -1,4 +1,4 @@
-package proxy
+package server
 
 import (
 	"context"
@@ -17,27 +17,30 @@ import (
 	"explorer-edge/tcpio"
 )
 
-// NewServer is the public fasthttp server with the hardening of
+// New is the public fasthttp server with the hardening of
 // server.*: timeouts that cut off slow clients, bounded headers and
 // connections, no request bodies (every route is a GET), and requests it
 // cannot read answered with envelopes. Serve it on p.Listener(ln,
 // PublicListener(cfg)): its write buffer is sized for tcpio.Conn, or
 // fasthttp's default with server.plain_conns.
-func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
+//
+// h answers requests; unreadable answers those fasthttp could not read
+// (see UnreadableError); log takes fasthttp's lines (ConnLogger).
+func New(cfg config.Server, h fasthttp.RequestHandler, unreadable func(*fasthttp.RequestCtx, error), log fasthttp.Logger) *fasthttp.Server {
 	writeBuffer := tcpio.WriteChunk // the body bypasses it: tcpio.Conn
 	if cfg.PlainConns {
 		writeBuffer = 0 // fasthttp's default
 	}
 	return &fasthttp.Server{
-		Handler:            p.Handle,
+		Handler:            h,
 		Name:               "explorer-edge",
 		ReadTimeout:        cfg.ReadTimeout,
 		WriteTimeout:       cfg.WriteTimeout,
 		IdleTimeout:        cfg.IdleTimeout,
-		ErrorHandler:       p.unreadable(errHeadersTooLarge(cfg.MaxHeaderBytes)),
+		ErrorHandler:       unreadable,
 		ReadBufferSize:     cfg.MaxHeaderBytes, // bounds request line + headers
 		WriteBufferSize:    writeBuffer,
-		MaxRequestBodySize: maxBodyBytes,
+		MaxRequestBodySize: MaxBodyBytes,
 		// The listener caps connections (Listener, server.max_conns) and
 		// refuses with an envelope; fasthttp's own cap, which answers in
 		// plain text, is a backstop above it: a closed connection frees
@@ -53,30 +56,28 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 		// fasthttp would quote the request's raw headers (credentials
 		// included) in its parse errors; connLogger redacts what remains.
 		SecureErrorLogMessage: true,
-		Logger:                connLogger{p},
+		Logger:                log,
 	}
 }
 
-// NewAdminServer is the admin port's fasthttp server (AdminHandler), with
+// NewAdmin is the admin port's fasthttp server (AdminHandler), with
 // the public server's logging: fasthttp's lines go through connLogger
 // (JSON, sampled, a client's malformed request at debug level only) and
 // its parse errors do not quote the request, which on this port may carry
 // the purge token. A request it cannot read gets an envelope. Serve it on
 // p.Listener(ln, AdminListener(cfg)).
-func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
+func NewAdmin(cfg config.Config, h fasthttp.RequestHandler, unreadable func(*fasthttp.RequestCtx, error), log fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
-		Handler:      p.AdminHandler(),
-		Name:         "explorer-edge-admin",
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 30 * time.Second,
-		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
-			adminError(ctx, unreadableError(err, errAdminHeadersTooLarge))
-		},
+		Handler:        h,
+		Name:           "explorer-edge-admin",
+		ReadTimeout:    10 * time.Second,
+		WriteTimeout:   30 * time.Second,
+		ErrorHandler:   unreadable,
 		ReadBufferSize: adminHeaderBytes,
 		// The listener caps connections (AdminListener); see NewServer.
-		Concurrency:           AdminListener(cfg).MaxConns + healthReserve + concurrencySlack,
+		Concurrency:           AdminListener(cfg).MaxConns + HealthReserve + concurrencySlack,
 		SecureErrorLogMessage: true,
-		Logger:                connLogger{p},
+		Logger:                log,
 	}
 }
 
@@ -84,25 +85,31 @@ func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
 // default read buffer).
 const adminHeaderBytes = 4096
 
-var errAdminHeadersTooLarge = &envelope.Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(adminHeaderBytes) + " bytes"}
+// ErrAdminHeadersTooLarge is the 431 of the admin port.
+var ErrAdminHeadersTooLarge = &envelope.Error{Status: 431, Code: "50036", Msg: "Request line and headers larger than " + strconv.Itoa(adminHeaderBytes) + " bytes"}
 
-// connLogger takes fasthttp's log lines. Those about one client breaking
+// ConnLogger takes fasthttp's log lines. Those about one client breaking
 // the protocol (a body too large, a malformed request line, a timeout) are
 // the client's doing and go to the debug level; anything else (max_conns
 // reached, accept failing) is the operator's business and goes to warn,
 // sampled per format (a client can repeat them at will, a connection
 // each). Debug lines, asked for while diagnosing, all go out.
-type connLogger struct{ p *Proxy }
+type ConnLogger struct {
+	Log *slog.Logger
+	// Sample says whether a WARN line of a key may go out, and how many
+	// were left out before it.
+	Sample func(logsample.Key) (ok bool, suppressed int64)
+}
 
-func (l connLogger) Printf(format string, args ...any) {
-	log := l.p.log
+func (l ConnLogger) Printf(format string, args ...any) {
+	log := l.Log
 	if strings.HasPrefix(format, "error when serving connection") {
 		if log.Enabled(context.Background(), slog.LevelDebug) {
 			log.Debug("fasthttp", "detail", redactHeaders(fmt.Sprintf(format, args...)))
 		}
 		return
 	}
-	ok, suppressed := l.p.sampleWarn(logsample.Key{Msg: "fasthttp", Code: format})
+	ok, suppressed := l.Sample(logsample.Key{Msg: "fasthttp", Code: format})
 	if !ok {
 		return
 	}

@@ -1,6 +1,7 @@
-package proxy
+package server
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/tcpio"
 )
@@ -30,6 +32,9 @@ type ListenerConfig struct {
 	// to ask /healthz or /readyz once (healthOnly), so that connections
 	// held idle up to the cap do not fail the probes; 0 = none.
 	HealthReserve int
+	// HealthHold is how long a connection of the health reserve lives
+	// after its accept; 0 = HealthHold (2 s).
+	HealthHold time.Duration
 }
 
 // PublicListener is the public listener's guard: server.max_conns and
@@ -39,18 +44,22 @@ func PublicListener(cfg config.Server) ListenerConfig {
 }
 
 // AdminListener is the admin listener's guard: admin_max_conns, and
-// healthReserve places above it for /healthz and /readyz.
+// HealthReserve places above it for /healthz and /readyz.
 func AdminListener(cfg config.Config) ListenerConfig {
-	return ListenerConfig{Name: "admin", MaxConns: cfg.AdminMaxConns, HealthReserve: healthReserve}
+	return ListenerConfig{Name: "admin", MaxConns: cfg.AdminMaxConns, HealthReserve: HealthReserve}
 }
 
-// healthReserve is how many connections the admin listener takes beyond
+// HealthReserve is how many connections the admin listener takes beyond
 // admin_max_conns for the probes (ListenerConfig.HealthReserve).
-const healthReserve = 4
+const HealthReserve = 4
 
 // concurrencySlack is how far above a listener's cap its fasthttp server's
 // Concurrency is set (see NewServer).
 const concurrencySlack = 64
+
+// HealthHold is how long a connection of the health reserve lives after
+// its accept, asked or not (ListenerConfig.HealthHold).
+const HealthHold = 2 * time.Second
 
 // Tuning of the guard (not configuration: nothing an operator should need
 // to change).
@@ -59,10 +68,9 @@ const (
 	acceptBackoffMax = time.Second          // as net/http's Server waits
 	logInterval      = 10 * time.Second     // at most one warning per listener and kind
 	refuseTimeout    = 100 * time.Millisecond
-	healthHold       = 2 * time.Second // a connection of the health reserve is closed this long after its accept
 )
 
-// Listener wraps ln for a fasthttp server so that neither a flood of
+// Guard wraps ln for a fasthttp server so that neither a flood of
 // connections nor running out of descriptors stops it:
 //
 //   - Accept never returns a temporary error. fasthttp's Serve returns on
@@ -86,18 +94,18 @@ const (
 //
 // A connection gives back its place when it is closed, after its
 // descriptor is. Serve the listener from one fasthttp server.
-func (p *Proxy) Listener(ln net.Listener, cfg ListenerConfig) net.Listener {
-	m := p.metrics
+//
+// exempt says which peers MaxConnsPerIP does not apply to (those of
+// auth.trusted_proxies).
+func Guard(ln net.Listener, cfg ListenerConfig, m *metrics.Metrics, log *slog.Logger, exempt func(netip.Addr) bool) net.Listener {
 	l := &guardedListener{
-		Listener: ln,
-		cfg:      cfg,
-		log:      p.log.With("listener", cfg.Name),
-		closed:   make(chan struct{}),
-		hold:     healthHold,
-		perIP:    map[netip.Addr]int{},
-		exempt: func(ip netip.Addr) bool {
-			return p.settings.Load().auth.IsTrusted(ip.Unmap())
-		},
+		Listener:     ln,
+		cfg:          cfg,
+		log:          log.With("listener", cfg.Name),
+		closed:       make(chan struct{}),
+		hold:         cmp.Or(cfg.HealthHold, HealthHold),
+		perIP:        map[netip.Addr]int{},
+		exempt:       exempt,
 		acceptErrors: m.AcceptErrors.WithLabelValues(cfg.Name),
 		refusedMax:   m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns"),
 		refusedIP:    m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns_per_ip"),
@@ -344,9 +352,9 @@ func (c *healthConn) bound(t time.Time) time.Time {
 	return t
 }
 
-// healthOnly reports whether c is a connection of a listener's health
+// HealthOnly reports whether c is a connection of a listener's health
 // reserve, which may ask /healthz and /readyz only.
-func healthOnly(c net.Conn) bool {
+func HealthOnly(c net.Conn) bool {
 	_, ok := c.(*healthConn)
 	return ok
 }
