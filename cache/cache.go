@@ -47,12 +47,11 @@ type Entry struct {
 
 	held bool // counted in the cache's bytes and entries; guarded by Cache.mu
 
-	// Tags are what a purge selects the entry by (tags.go): set once by
-	// the cache's tagger when the entry is first stored; tagged says so.
-	// Guarded by Cache.mu until then, immutable after.
-	Tags   Tags
-	tagged bool
-	slot   int32 // place in Cache.live while held; guarded by Cache.mu
+	// Tags are what a purge selects the entry by (tags.go): set by whoever
+	// makes the entry, before it is stored or handed to anyone; immutable
+	// after.
+	Tags Tags
+	slot int32 // place in Cache.live while held; guarded by Cache.mu
 
 	// etag holds ETag's bytes inside the struct: a hit reads them with the
 	// struct, not from one more place in memory.
@@ -220,8 +219,6 @@ type Cache struct {
 	// Ristretto removes a value from its store before it calls OnExit.
 	mu        sync.Mutex
 	live      []*Entry // the entries counted in: the purge index (tags.go)
-	tagger    atomic.Pointer[Tagger]
-	gate      atomic.Pointer[Gate]
 	bytes     atomic.Int64
 	entries   atomic.Int64
 	evictions atomic.Int64
@@ -301,10 +298,6 @@ func (c *Cache) GetString(key string) *Entry {
 func (c *Cache) Set(e *Entry, now time.Time) {
 	keep := time.Duration(e.Fresh+max(e.StaleWhileRevalidate, e.StaleIfError)-now.UnixNano()) + time.Second
 	if keep <= 0 {
-		return
-	}
-	c.tag(e)
-	if e = c.admit(e); e == nil {
 		return
 	}
 	if !c.r.SetWithTTL(e.Key, e, e.Cost(), keep) {

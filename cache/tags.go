@@ -7,8 +7,9 @@ import (
 // Purging (docs/purge.md) finds entries by what they hold,
 // not only by key: the route and chain of the answer, the hashes asked and
 // the block heights it contains. Those are an entry's Tags, set once when it
-// is stored (the miss path; a hit never reads them) by the tagger the proxy
-// installs, which reads them from the key and the body.
+// is stored (the miss path; a hit never reads them) by whoever stores it:
+// the request core reads them from the key and the body before Set, and
+// they never change after.
 //
 // The index is the list of entries the cache holds, kept under Cache.mu
 // exactly where an entry is counted in (Set) and out (release, Ristretto's
@@ -21,7 +22,7 @@ import (
 
 // Tags are what a purge can select an entry by. The proxy gives the numbers
 // their meaning; the cache only stores them. The zero value is an untagged
-// entry (one stored without a tagger).
+// entry: a purge finds it by key and by route-less selectors (all) only.
 type Tags struct {
 	Route uint8 // the proxy's route number + 1; 0 = untagged
 	Chain uint8 // the proxy's chain number + 1; 0 = none
@@ -54,119 +55,16 @@ func (t *Tags) HasHash(h uint64) bool {
 // list's pointer (and its slack: the list doubles) and the digests.
 func (t *Tags) cost() int64 { return 48 + 4 + 16 + 8*int64(cap(t.Hashes)) }
 
-// Tagger computes an entry's tags from its key and identity body (which it
-// must not keep). It runs on the miss path, once per entry stored, with no
-// lock held: it may purge (what it reads can show others stale: a
-// reorganization).
-type Tagger func(e *Entry, body []byte) Tags
-
-// SetTagger installs the function that tags entries as they are stored.
-// Entries stored before it, or with a nil tagger, are untagged: a purge
-// finds them by key, route-less selectors (all) and nothing else.
-func (c *Cache) SetTagger(f Tagger) {
-	if f == nil {
-		c.tagger.Store(nil)
-		return
-	}
-	c.tagger.Store(&f)
-}
-
-// A Gate judges an entry as it is stored, after tagging: drop (a hard
-// purge selected it since its answer was fetched: the answer was in flight
-// when the purge ran), or a time from which it is stale (a soft purge did),
-// 0 for none. It runs on the miss path and must not call the cache.
-type Gate func(e *Entry) (drop bool, staleFrom int64)
-
-// SetGate installs the gate of Set; nil: every entry is stored as is.
-func (c *Cache) SetGate(g Gate) {
-	if g == nil {
-		c.gate.Store(nil)
-		return
-	}
-	c.gate.Store(&g)
-}
-
-// admit is what Set stores for e: e, a copy stale from the gate's time, or
-// nil.
-func (c *Cache) admit(e *Entry) *Entry {
-	g := c.gate.Load()
-	if g == nil {
-		return e
-	}
-	drop, from := (*g)(e)
-	switch {
-	case drop:
-		return nil
-	case from != 0 && from < e.Fresh:
-		return c.staleCopy(e, from)
-	}
-	return e
-}
-
-// staleCopy is a copy of e that is fresh until at, no longer; its stale
-// windows count from there. The bytes are shared: entries never change.
-func (c *Cache) staleCopy(e *Entry, at int64) *Entry {
-	cp := &Entry{
+// StaleFrom is a copy of e that is fresh until at, no longer; its stale
+// windows count from there (a soft purge selected e while its answer was
+// on its way). The bytes are shared: entries never change.
+func (e *Entry) StaleFrom(at int64) *Entry {
+	return &Entry{
 		Key: e.Key, Body: e.Body, Gzip: e.Gzip, Size: e.Size, ETag: e.ETag,
 		Class: e.Class, Stored: e.Stored, Fresh: min(e.Fresh, at),
 		StaleWhileRevalidate: e.StaleWhileRevalidate, StaleIfError: e.StaleIfError,
-		Status: e.Status, Source: e.Source, slot: -1,
+		Status: e.Status, Source: e.Source, Tags: e.Tags, slot: -1,
 	}
-	c.mu.Lock()
-	cp.Tags, cp.tagged = e.Tags, e.tagged
-	c.mu.Unlock()
-	return cp
-}
-
-// tag sets e's tags once, before e is stored. The entry may already be
-// shared (a flight hands it to every waiter), so the tags are written
-// under mu and never again.
-func (c *Cache) tag(e *Entry) {
-	if c.untagged(e) != nil {
-		e.WithIdentity(func(body []byte) error {
-			c.TagFrom(e, body)
-			return nil
-		})
-	}
-}
-
-// untagged is the tagger when there is one and e has no tags yet, else nil.
-func (c *Cache) untagged(e *Entry) *Tagger {
-	f := c.tagger.Load()
-	if f == nil {
-		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e.tagged {
-		return nil
-	}
-	return f
-}
-
-// TagFrom tags e as Set would, from its identity body at hand (the miss
-// path has it), so Set need not inflate it again.
-func (c *Cache) TagFrom(e *Entry, body []byte) {
-	f := c.untagged(e)
-	if f == nil {
-		return
-	}
-	t := (*f)(e, body) // reads only Key and the body, which never change
-	c.mu.Lock()
-	if !e.tagged {
-		e.Tags, e.tagged = t, true
-	}
-	c.mu.Unlock()
-}
-
-// Tag is the tagger's verdict on e, for an entry that does not go through
-// Set (one read from the shared tier and checked against purges first).
-// It sets e's tags if they are not set yet.
-func (c *Cache) Tag(e *Entry) *Tags {
-	c.tag(e)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return &e.Tags
 }
 
 // index adds e to the list of held entries; mu is held.
@@ -274,7 +172,7 @@ func (c *Cache) apply(entries []*Entry, soft bool, now time.Time) {
 			continue // stale already
 		}
 		if c.GetString(e.Key) == e {
-			c.Set(c.staleCopy(e, ns), now)
+			c.Set(e.StaleFrom(ns), now)
 		}
 	}
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 )
 
-// heightTagger tags "h<N>" keys with height N on route 1.
-func heightTagger(e *Entry, _ []byte) Tags {
+// heightTagged tags an "h<N>" entry with height N on route 1, as the
+// request core tags what it stores.
+func heightTagged(e *Entry) *Entry {
 	var h int64
 	fmt.Sscanf(e.Key, "h%d", &h)
-	return Tags{Route: 1, Chain: 1, Lo: h, Hi: h + 1, Hashes: []uint64{uint64(h)}}
+	e.Tags = Tags{Route: 1, Chain: 1, Lo: h, Hi: h + 1, Hashes: []uint64{uint64(h)}}
+	return e
 }
 
 func newTagged(t testing.TB, maxBytes int64) *Cache {
@@ -20,7 +22,6 @@ func newTagged(t testing.TB, maxBytes int64) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetTagger(heightTagger)
 	t.Cleanup(c.Close)
 	return c
 }
@@ -29,7 +30,7 @@ func TestPurgeHardAndSoft(t *testing.T) {
 	c := newTagged(t, 64<<20)
 	now := time.Unix(1000, 0)
 	for h := range 100 {
-		c.Set(NewEntry(fmt.Sprintf("h%d", h), []byte(`{"code":"0","data":[]}`), Final, now, time.Hour, 30*time.Second, time.Minute), now)
+		c.Set(heightTagged(NewEntry(fmt.Sprintf("h%d", h), []byte(`{"code":"0","data":[]}`), Final, now, time.Hour, 30*time.Second, time.Minute)), now)
 	}
 	if n := c.Entries(); n != 100 {
 		t.Fatalf("%d entries stored, want 100", n)
@@ -83,7 +84,7 @@ func TestPurgeIndexFollowsEvictions(t *testing.T) {
 	now := time.Unix(1000, 0)
 	body := make([]byte, 4000)
 	for i := range 2000 { // 8 MB into 1 MB
-		c.Set(NewItem(fmt.Sprintf("h%d", i%1500), body, Final, now, time.Hour, 0, 0), now)
+		c.Set(heightTagged(NewItem(fmt.Sprintf("h%d", i%1500), body, Final, now, time.Hour, 0, 0)), now)
 		if i%97 == 0 {
 			c.Del(fmt.Sprintf("h%d", i/2))
 		}
@@ -121,12 +122,11 @@ func BenchmarkPurge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.SetTagger(heightTagger)
-		var before, after runtime.MemStats
+			var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range n {
-			c.Set(NewItem(fmt.Sprintf("h%d", i), body, Final, now, time.Hour, 0, 0), now)
+			c.Set(heightTagged(NewItem(fmt.Sprintf("h%d", i), body, Final, now, time.Hour, 0, 0)), now)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

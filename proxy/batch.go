@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/upstream"
 )
@@ -27,9 +27,6 @@ import (
 // errUnmapped: the upstream answered a record whose id matches no hash
 // asked; the request is then fetched and cached whole.
 var errUnmapped = errors.New("batch answer has a record for a hash not asked")
-
-// hashKey is the cache key of one hash's records.
-func hashKey(chain, hash string) string { return "hash|" + chain + "|" + hash }
 
 // hashCall is one hash being fetched; requests that miss it wait on done.
 type hashCall struct {
@@ -92,8 +89,8 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	result, st := parts.status(err)
 	assembled, body := assemble(string(q.Key), parts.items)
 	if assembled.Fresh > now.UnixNano() && err == nil {
-		p.cache.TagFrom(assembled, body) // from the body at hand: Set need not inflate it
-		p.cache.Set(assembled, now)
+		assembled.Tags = purge.Of(assembled, body, s.chains)
+		p.keep(assembled, now)
 	} else if st == statusPartial || st == statusMiss {
 		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
 	}
@@ -122,7 +119,7 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 	var sharedIdx []int
 	for i := range b.hashes {
 		b.hashes[i] = string(q.Hash(i))
-		k := hashKey(chain, b.hashes[i])
+		k := route.HashKey(chain, b.hashes[i])
 		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.tier != nil {
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
 		}
@@ -130,7 +127,7 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 	if len(shared) > 0 {
 		for j, e := range p.tier.GetMany(shared, now) {
 			if e != nil {
-				p.cache.Set(e, now)
+				p.keep(e, now)
 				b.items[sharedIdx[j]] = e
 				b.fromShared++
 			}
@@ -158,7 +155,7 @@ func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *upstr
 	}
 	keys := make([]string, len(stale))
 	for i, h := range stale {
-		keys[i] = hashKey(chain, h)
+		keys[i] = route.HashKey(chain, h)
 	}
 	p.background(keys, func(keys []string) {
 		hashes := make([]string, len(keys))
@@ -271,7 +268,7 @@ func (b *batcher) fetch(s *settings, chain string, hashes []string, haveCopy []b
 	calls := make([]*hashCall, len(hashes))
 	b.mu.Lock()
 	for i, h := range hashes {
-		k := hashKey(chain, h)
+		k := route.HashKey(chain, h)
 		if c, ok := b.flying[k]; ok {
 			// Joined: if it is not sent yet, it waits for this request too.
 			c.needed = c.needed || !haveCopy[i]
@@ -329,7 +326,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		c := g.calls[i]
 		c.records, c.entry, c.err = records, e, err
 		b.mu.Lock()
-		delete(b.flying, hashKey(g.chain, g.hashes[i]))
+		delete(b.flying, route.HashKey(g.chain, g.hashes[i]))
 		b.mu.Unlock()
 		close(c.done)
 	}
@@ -347,7 +344,7 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 	now := p.clock()
 	var ask []int
 	for i, h := range g.hashes {
-		if e := p.cache.GetString(hashKey(g.chain, h)); e.StateAt(now.UnixNano()) == cache.Fresh {
+		if e := p.cache.GetString(route.HashKey(g.chain, h)); e.StateAt(now.UnixNano()) == cache.Fresh {
 			finish(i, e.Body, e, nil)
 			continue
 		}
@@ -403,12 +400,13 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 		recs := records[h]
 		class := cache.Negative
 		if len(recs) > 0 {
-			class = route.ClassifyCross(wrapData(recs))
+			class = route.ClassifyCross(envelope.Wrap(recs))
 		}
-		e := cache.NewItem(hashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
+		e := cache.NewItem(route.HashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
 			route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 		e.Source = cache.SourceUpstream
-		p.cache.Set(e, now)
+		e.Tags = purge.Of(e, recs, s.chains)
+		p.keep(e, now)
 		if p.tier != nil {
 			p.tier.Set(e, now)
 		}
@@ -443,13 +441,4 @@ func splitRecords(body []byte, asked []string) (map[string][]byte, error) {
 		return nil, errUnmapped
 	}
 	return records, nil
-}
-
-// wrapData makes records an envelope for the classifier.
-func wrapData(records []byte) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"data":[`)
-	b.Write(records)
-	b.WriteString(`]}`)
-	return b.Bytes()
 }

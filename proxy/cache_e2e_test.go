@@ -13,6 +13,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -300,7 +301,7 @@ func TestUnmappableBatchFallsBackToWholeRequest(t *testing.T) {
 	}
 	// No per-hash entry was made from that answer.
 	for _, hash := range hashes {
-		if e := h.cache.GetString(hashKey("TRADE_ZONE", hash)); e != nil {
+		if e := h.cache.GetString(route.HashKey("TRADE_ZONE", hash)); e != nil {
 			t.Fatalf("hash %s of the unmappable answer was cached per hash: %s", hash, e.Body)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -201,7 +202,7 @@ func TestFleetDistrustsWhatRedisHolds(t *testing.T) {
 		hash := h.sim.CrossHashes("CHAINX", 3)[2]
 		target := "/api/v5/chainx/tz/cross/transaction-fills?chainShortName=chainx&txid=" + hash
 		good := a.get(target)
-		key := hashKey("CHAINX", hash)
+		key := route.HashKey("CHAINX", hash)
 		v := raw(key)
 		if v[2]&1 != 0 {
 			t.Fatal("the item is held compressed already")

@@ -25,7 +25,6 @@ import (
 	"explorer-edge/internal/testkit"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
-	"explorer-edge/proxy/upstream"
 	"explorer-edge/sim"
 )
 
@@ -110,8 +109,8 @@ type fleetEdge struct {
 	shared *fleet.Redis
 }
 
-// newFleet starts explorer-sim (through newHarness) and n edges in front of
-// it that share rdb. opts change the configuration of all of them.
+// newFleet starts explorer-sim and n edges in front of it that share rdb.
+// opts change the configuration of all of them.
 func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harness, []*fleetEdge) {
 	t.Helper()
 	opts = append([]harnessOpt{func(c *config.Config, _ *sim.Config) {
@@ -122,7 +121,7 @@ func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harne
 		c.Shared.Timeout = time.Second
 	}}, opts...)
 	opts = append(opts, func(c *config.Config, _ *sim.Config) { c.Shared.RedisAddr = rdb.addr })
-	h := newHarness(t, opts...)
+	h := newUpstream(t, nil, opts...)
 	edges := make([]*fleetEdge, n)
 	for i := range edges {
 		edges[i] = startFleetEdge(h)
@@ -130,27 +129,24 @@ func newFleet(t testing.TB, rdb *redisServer, n int, opts ...harnessOpt) (*harne
 	return h, edges
 }
 
-// startFleetEdge builds an edge for h.cfg with the shared tier, as
-// cmd/explorer-edge wires it, and serves it on a free port. wrap, if
-// given, stands between the edge and the tier.
+// startFleetEdge starts an edge for h.cfg (in fleet mode: shared.redis_addr
+// is set) and serves it on a free port. wrap, if given, stands between the
+// edge and the tier.
 func startFleetEdge(base *harness, wrap ...func(*fleet.Redis) Tier) *fleetEdge {
-	t := base.t
-	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
-	e.harness.startWith(func(o *Options) func() {
-		o.Metrics.RegisterShared()
-		var err error
-		if e.shared, err = fleet.New(fleetConfigOf(e.cfg), o.Metrics, nil); err != nil {
-			t.Fatal(err)
+	e := &fleetEdge{harness: base.sibling()}
+	var o NodeOptions
+	if len(wrap) > 0 {
+		o.Extend = func(opts *Options) {
+			r, ok := opts.Tier.(*fleet.Redis)
+			if !ok {
+				base.t.Fatalf("the tier Start built is a %T, not the fleet's", opts.Tier)
+			}
+			for _, w := range wrap {
+				opts.Tier = w(r)
+			}
 		}
-		o.Tier, o.Budget = e.shared, e.shared.Budget()
-		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
-			return e.shared.AccountBudget(name, rate, burst)
-		}
-		for _, w := range wrap {
-			o.Tier = w(e.shared)
-		}
-		return func() { e.shared.Close() }
-	})
+	}
+	e.shared = e.startNode(o).Fleet()
 	return e
 }
 
@@ -564,7 +560,7 @@ func TestFleetLockBounds(t *testing.T) {
 		t.Cleanup(c.Close)
 		m := metrics.New(route.Names(), cfg.Chains, c)
 		m.RegisterShared()
-		r, err := fleet.New(fleetConfigOf(cfg), m, nil)
+		r, err := fleet.New(fleetConfig(cfg), m, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -647,7 +643,7 @@ func TestFleetStartsBeforeRedis(t *testing.T) {
 	defer c.Close()
 	m := metrics.New(route.Names(), cfg.Chains, c)
 	m.RegisterShared()
-	r, err := fleet.New(fleetConfigOf(cfg), m, nil)
+	r, err := fleet.New(fleetConfig(cfg), m, nil)
 	if err != nil {
 		t.Fatalf("Redis down at start must not stop the node: %v", err)
 	}
@@ -808,7 +804,7 @@ func BenchmarkL2HitMulti(b *testing.B) {
 		n++
 		e.cache.Del(whole)
 		for i := range q.NHashes {
-			e.cache.Del(hashKey(string(q.Chain), string(q.Hash(i))))
+			e.cache.Del(route.HashKey(string(q.Chain), string(q.Hash(i))))
 		}
 		ctx.Response.Reset()
 		e.p.Handle(&ctx)
@@ -858,22 +854,5 @@ func logShared(t testing.TB, edges []*fleetEdge) {
 			}
 		}
 		t.Logf("edge %d:%s", i, b.String())
-	}
-}
-
-// fleetConfigOf is cmd/explorer-edge's fleetConfig, for the tests that wire
-// edges with a shared tier as the binary does.
-func fleetConfigOf(c config.Config) fleet.Config {
-	var addrs []string
-	for _, a := range strings.Split(c.Shared.RedisAddr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	s := c.Shared
-	return fleet.Config{
-		Addrs: addrs, Username: s.RedisUsername, Password: s.RedisPassword, TLS: s.RedisTLS, Cluster: s.RedisCluster,
-		Timeout: s.Timeout, LockTTL: s.LockTTL, LockWait: s.LockWait, Prefix: s.Prefix,
-		Rate: c.Upstream.Rate, Burst: c.Upstream.Burst, LocalShare: s.LocalShare, MaxBody: c.Upstream.MaxResponseBytes,
 	}
 }

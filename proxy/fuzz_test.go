@@ -154,7 +154,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 				continue
 			}
 			var objs []map[string]any
-			if err := json.Unmarshal(wrapData(recs)[len(`{"data":`):len(wrapData(recs))-1], &objs); err != nil {
+			if err := json.Unmarshal(envelope.Wrap(recs)[len(`{"data":`):len(envelope.Wrap(recs))-1], &objs); err != nil {
 				t.Fatalf("records of %s are not JSON objects: %q", h, recs)
 			}
 			for _, o := range objs {
@@ -164,7 +164,7 @@ func FuzzUpstreamAnswer(f *testing.F) {
 				}
 			}
 			filed += len(objs)
-			route.ClassifyCross(wrapData(recs))
+			route.ClassifyCross(envelope.Wrap(recs))
 		}
 		if n, ok := countData(body); ok && filed != n {
 			t.Fatalf("filed %d of %d records", filed, n)

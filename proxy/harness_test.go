@@ -18,10 +18,8 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
-	"explorer-edge/proxy/route"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
-	"explorer-edge/tcpio"
 )
 
 // clock is a test clock shared by explorer-sim (chain time) and the edge
@@ -66,20 +64,20 @@ func (r *recorder) all() []string {
 	return append([]string(nil), r.targets...)
 }
 
-// harness is explorer-sim and the edge on free loopback ports.
+// harness is explorer-sim and an edge (Start) on free loopback ports.
 type harness struct {
 	t     testing.TB
 	sim   *sim.Server
 	rec   *recorder
 	clock *clock
-	p     *Proxy
 	cfg   config.Config
-	m     *metrics.Metrics
-	cache *cache.Cache
-	addr  string // edge
-	srv   *fasthttp.Server
+	node  *Node
+	p     *Proxy           // node.Proxy()
+	m     *metrics.Metrics // node.Metrics()
+	cache *cache.Cache     // node.Cache()
+	addr  string           // node.Addr()
 	hc    *fasthttp.Client
-	log   *slog.Logger // the edge's logger (Options.Logger); set before start, nil discards
+	log   *slog.Logger // the edge's logger (NodeOptions.Logger); set before start, nil discards
 }
 
 type harnessOpt func(*config.Config, *sim.Config)
@@ -95,6 +93,15 @@ func newHarness(t testing.TB, opts ...harnessOpt) *harness {
 // for tests that need an upstream misbehaving in ways the sim does not.
 func newHarnessWrapped(t testing.TB, wrap func(http.Handler) http.Handler, opts ...harnessOpt) *harness {
 	t.Helper()
+	h := newUpstream(t, wrap, opts...)
+	h.start()
+	return h
+}
+
+// newUpstream is newHarnessWrapped without an edge: explorer-sim and the
+// configuration, for tests that start their edges themselves (a fleet).
+func newUpstream(t testing.TB, wrap func(http.Handler) http.Handler, opts ...harnessOpt) *harness {
+	t.Helper()
 	h := &harness{t: t, rec: &recorder{}, clock: newClock()}
 	scfg := sim.Config{Auth: true, Credentials: sim.DemoCredentials(), Now: h.clock.Now}
 	cfg := config.Default()
@@ -105,6 +112,7 @@ func newHarnessWrapped(t testing.TB, wrap func(http.Handler) http.Handler, opts 
 	cfg.Upstream.Burst = 10000
 	cfg.Upstream.Timeout = 2 * time.Second
 	cfg.Upstream.RetryBackoff = 5 * time.Millisecond
+	// Never listened on: startNode gives Start listeners on free ports.
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "127.0.0.1:1"
 	cfg.Cache.MaxBytes = 64 << 20
 	for _, o := range opts {
@@ -124,55 +132,56 @@ func newHarnessWrapped(t testing.TB, wrap func(http.Handler) http.Handler, opts 
 	t.Cleanup(func() { h.sim.Close(); hs.Close() })
 	cfg.Upstream.BaseURL = "http://" + ln.Addr().String()
 	h.cfg = cfg
-	h.start()
 	return h
 }
 
-// start builds and serves an edge for h.cfg.
-func (h *harness) start() { h.startWith(nil) }
+// sibling is another harness in front of h's explorer-sim, with h's clock
+// and configuration, for a further edge that startNode starts.
+func (h *harness) sibling() *harness {
+	return &harness{t: h.t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}
+}
 
-// startWith is start with extend adding to the edge's options (the fleet
-// tests give it a shared tier); the function extend returns runs at cleanup.
+// start starts an edge for h.cfg as the binary does.
+func (h *harness) start() { h.startNode(NodeOptions{}) }
+
+// startWith is start with extend changing the edge's options
+// (NodeOptions.Extend); the function extend returns runs at cleanup,
+// after the edge closed.
 func (h *harness) startWith(extend func(*Options) (cleanup func())) {
+	cleanup := func() {}
+	h.t.Cleanup(func() { cleanup() })
+	h.startNode(NodeOptions{Extend: func(o *Options) { cleanup = extend(o) }})
+}
+
+// startNode starts an edge for h.cfg with Start, serving on free loopback
+// ports through the production listeners and servers, and closes it at
+// the end of the test. The harness sets o's Logger (h.log), Now (the test
+// clock), listeners and NoSelfCheck: the self-check's calls would count in
+// upstreamCalls (the self-check tests call SelfCheck).
+func (h *harness) startNode(o NodeOptions) *Node {
 	t := h.t
+	t.Helper()
 	if err := h.cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	c, err := cache.New(cache.Config{MaxBytes: h.cfg.Cache.MaxBytes, IdentityBytes: h.cfg.Cache.IdentityBytes})
+	o.Logger, o.Now, o.NoSelfCheck = h.log, h.clock.Now, true
+	o.Listener, o.AdminListener = listenLoopback(t), listenLoopback(t)
+	n, err := Start(h.cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.cache = c
-	h.m = metrics.New(route.Names(), h.cfg.Chains, c)
-	o := Options{Cache: c, Metrics: h.m, Now: h.clock.Now, Logger: h.log}
-	cleanup := func() {}
-	if extend != nil {
-		cleanup = extend(&o)
-	}
-	h.p, err = New(h.cfg, o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	h.node, h.p, h.m, h.cache, h.addr = n, n.Proxy(), n.Metrics(), n.Cache(), n.Addr()
+	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
+	return n
+}
+
+func listenLoopback(t testing.TB) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.addr = ln.Addr().String()
-	h.srv = h.p.NewServer(h.cfg.Server)
-	served := ln
-	if !h.cfg.Server.PlainConns {
-		served = tcpio.Listener(ln)
-	}
-	go h.srv.Serve(served)
-	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
-	t.Cleanup(func() {
-		h.srv.Shutdown()
-		// Background refreshes end before the cache closes (a refresh's
-		// Set raced Ristretto's Close under -race).
-		h.p.Close(context.Background())
-		cleanup()
-		c.Close()
-	})
+	return ln
 }
 
 // resp is a response as a client saw it.

@@ -16,6 +16,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 )
 
@@ -195,7 +196,7 @@ func (p *Proxy) serveInspectCache(ctx *fasthttp.RequestCtx) {
 		out.Parts = make([]inspectedPart, q.NHashes)
 		for i := range q.NHashes {
 			h := string(q.Hash(i))
-			k := hashKey(out.Chain, h)
+			k := route.HashKey(out.Chain, h)
 			out.Parts[i] = inspectedPart{Hash: h, Key: k, inspectedKey: p.inspectKey(k, now)}
 			p.batch.mu.Lock()
 			_, out.Parts[i].Fetching = p.batch.flying[k]
@@ -234,18 +235,10 @@ func (p *Proxy) inspectKey(key string, now time.Time) inspectedKey {
 	return k
 }
 
-// describeTags names an entry's tags (tags.go).
+// describeTags names an entry's tags (purge/tags.go).
 func (p *Proxy) describeTags(t *cache.Tags) inspectedTag {
 	var out inspectedTag
-	switch {
-	case t.Route == tagPerHash:
-		out.Route = "per-hash"
-	case t.Route > 0 && int(t.Route) <= int(route.Count):
-		out.Route = route.Table[t.Route-1].Name
-	}
-	if t.Chain > 0 && int(t.Chain) <= len(p.chains) {
-		out.Chain = p.chains[t.Chain-1]
-	}
+	out.Route, out.Chain = purge.TagNames(t, p.settings.Load().chains)
 	if t.Lo < t.Hi {
 		out.Heights = &inspectedHeights{From: t.Lo, To: t.Hi - 1}
 	}

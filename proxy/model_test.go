@@ -18,9 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"explorer-edge/config"
-	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
-	"explorer-edge/proxy/upstream"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -106,7 +104,7 @@ func newModel(t *testing.T, seed uint64) *chainModel {
 	t.Cleanup(func() { m.tp.Shutdown(context.Background()) })
 	var base *harness
 	mirror := m.startMirror(func() *harness { return base })
-	h := newHarnessWrapped(t, m.counting, withPurgeToken, func(c *config.Config, _ *sim.Config) {
+	h := newUpstream(t, m.counting, withPurgeToken, func(c *config.Config, _ *sim.Config) {
 		c.Shared.RedisAddr = m.rdb.addr
 		c.Shared.Timeout = time.Second
 		c.Upstream.Rate, c.Upstream.Burst = m.rate, m.burst
@@ -167,26 +165,14 @@ func (m *chainModel) startMirror(base func() *harness) string {
 }
 
 func (m *chainModel) startNode() {
-	h := m.h
-	e := &fleetEdge{harness: &harness{t: m.t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}}
-	e.harness.startWith(func(o *Options) func() {
-		o.Metrics.RegisterShared()
-		var err error
-		if e.shared, err = fleet.New(fleetConfigOf(e.cfg), o.Metrics, nil); err != nil {
-			m.t.Fatal(err)
-		}
-		o.Tier, o.Budget, o.Tracer = e.shared, e.shared.Budget(), m.tp
-		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
-			return e.shared.AccountBudget(name, rate, burst)
-		}
-		return func() { e.shared.Close() }
-	})
+	e := &fleetEdge{harness: m.h.sibling()}
+	e.shared = e.startNode(NodeOptions{Tracer: m.tp}).Fleet()
 	m.nodes = append(m.nodes, &modelNode{e: e, live: true})
 }
 
 func (m *chainModel) stopNode(n *modelNode) {
 	n.live = false
-	n.e.srv.Shutdown()
+	n.e.node.Drain(context.Background())
 }
 
 func (m *chainModel) violate(format string, args ...any) {

@@ -25,6 +25,7 @@ import (
 	"explorer-edge/proxy/admission"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
 	"explorer-edge/proxy/tracing"
@@ -56,9 +57,7 @@ type Proxy struct {
 	batch    *batcher
 	tier     Tier          // second cache tier and fleet coordination; nil on a single node
 	truth    *truth.Chains // heads, finalized heights, recent hashes, reorganizations (reorg.go)
-	chains   []string      // upper case, in configured order: the chain tags (tags.go)
-	purges   purgeLog      // recent purges, judging answers stored after them (purgelog.go)
-	fleet    purgeFleet    // the shared tier's purge log; nil on a single node (purgefleet.go)
+	purges   *purge.Purger // purges: applied, logged to judge answers stored after them, shared with the fleet
 	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now      func() time.Time
@@ -92,7 +91,10 @@ type Options struct {
 	Logger  *slog.Logger     // nil = discard
 	Now     func() time.Time // nil = time.Now
 	Tier    Tier             // nil = single node
-	Budget  upstream.Budget  // upstream quota; nil = a local token bucket of upstream.rate
+	// Fleet carries purges between the nodes (fleet.Redis, the Tier's
+	// Redis); nil = purges stay on this node.
+	Fleet  purge.Fleet
+	Budget upstream.Budget // upstream quota; nil = a local token bucket of upstream.rate
 	// AccountBudget makes the budgets of upstream.accounts; nil = local
 	// token buckets of their rates.
 	AccountBudget upstream.AccountBudget
@@ -111,10 +113,11 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.purges = purge.New(p.cache, purge.Options{Metrics: p.metrics, Logger: p.log, Clock: p.clock, Sample: p.sampleWarn,
+		Chains: s.chains, InFlight: p.inflight, Retain: p.retain})
 	if o.Tier != nil {
-		p.tier = checkedTier{Tier: o.Tier, p: p}
+		p.tier = sharedTier{Tier: o.Tier, p: p}
 	}
-	p.chains = s.chains
 	p.truth = truth.New(s.chains)
 	p.metrics.HeadAges(s.chains, func(chain string) (float64, bool) {
 		h, _, asked := p.truth.Head(chain)
@@ -123,8 +126,6 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		}
 		return p.clock().Sub(time.Unix(0, asked)).Seconds(), true
 	})
-	p.cache.SetTagger(p.tagEntry)
-	p.cache.SetGate(p.gate)
 	p.settings.Store(s)
 	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
 	p.top.init(cfg.Admin.TopSample)
@@ -142,7 +143,9 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.queries.New = func() any {
 		return &query{Params: route.Params{Key: make([]byte, 0, 256)}, scratch: make([]byte, 0, 128)}
 	}
-	p.joinFleet()
+	if o.Fleet != nil {
+		p.purges.Join(o.Fleet)
+	}
 	return p, nil
 }
 
@@ -536,11 +539,11 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 		}
 		switch e.StateAt(p.clock().UnixNano()) {
 		case cache.Fresh:
-			p.cache.Set(e, p.clock())
+			p.keep(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		case cache.Stale:
 			if !f.Background {
-				p.cache.Set(e, p.clock())
+				p.keep(e, p.clock())
 				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
 			}
 		}
@@ -555,7 +558,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 		tracing.End(ts, nil)
 		defer unlock()
 		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
-			p.cache.Set(e, p.clock())
+			p.keep(e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
 	}
@@ -585,7 +588,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	}
 	p.up.Release(w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
-		p.cache.Set(shared, p.clock()) // the next request finds it here
+		p.keep(shared, p.clock()) // the next request finds it here
 	}
 	return &answer{stale: shared, upstream: took}, err
 }
@@ -605,18 +608,27 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 	class := r.Classify(route.Question{Height: f.Height, Hashes: f.Hashes, Final: p.truth.Final(f.Chain)}, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	e.Source = cache.SourceUpstream
-	p.cache.TagFrom(e, body) // from the body at hand: Set need not inflate it
+	e.Tags = purge.Of(e, body, s.chains)
 	if up.Behind > 0 {
 		// A head page behind the head seen (every account asked lags):
 		// never stored, and served only when nothing newer is at hand.
 		return &answer{entry: e, behind: true}
 	}
 	now := p.clock()
-	p.cache.Set(e, now)
+	p.keep(e, now)
 	if p.tier != nil {
 		p.tier.Set(e, now)
 	}
 	return &answer{entry: e, stored: true}
+}
+
+// keep stores e, tagged, in this node's memory as the purges let it in
+// (purge.Purger.Admit): an answer a purge selected while it was on its way
+// is dropped, or stored stale. Every entry enters the cache here.
+func (p *Proxy) keep(e *cache.Entry, now time.Time) {
+	if e = p.purges.Admit(e, now); e != nil {
+		p.cache.Set(e, now)
+	}
 }
 
 // ttlFor is the fresh time of an answer of class c on route r.
@@ -697,13 +709,13 @@ func (p *Proxy) Close(ctx context.Context) error {
 // SelfCheck asks every upstream account the cheapest question of the
 // first chain (upstream/selfcheck.go) and keeps the results for Ready.
 func (p *Proxy) SelfCheck(ctx context.Context) error {
-	return p.up.SelfCheck(ctx, p.chains[0])
+	return p.up.SelfCheck(ctx, p.settings.Load().chains[0])
 }
 
 // RetrySelfCheck asks the accounts that failed SelfCheck again every
 // `every` until each answers or ctx ends.
 func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
-	p.up.RetrySelfCheck(ctx, p.chains[0], every)
+	p.up.RetrySelfCheck(ctx, p.settings.Load().chains[0], every)
 }
 
 // Listener guards ln with the connection caps of cfg (server.Guard); peers

@@ -22,24 +22,21 @@ import (
 // startPurgeEdge is startFleetEdge with the node reaching Redis at addr
 // and its fleet settings tuned.
 func startPurgeEdge(base *harness, addr string, tune func(*fleet.Config)) *fleetEdge {
-	t := base.t
-	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg}}
-	e.harness.startWith(func(o *Options) func() {
-		o.Metrics.RegisterShared()
-		fc := fleetConfigOf(e.cfg)
-		fc.Addrs = []string{addr}
+	e := &fleetEdge{harness: base.sibling()}
+	e.cfg.Shared.RedisAddr = addr
+	e.shared = e.startNode(NodeOptions{Fleet: purgeFleet(tune)}).Fleet()
+	return e
+}
+
+// purgeFleet is the fleet settings of startPurgeEdge: reconnects within
+// 50ms, then tune's.
+func purgeFleet(tune func(*fleet.Config)) func(*fleet.Config) {
+	return func(fc *fleet.Config) {
 		fc.Backoff = 50 * time.Millisecond
 		if tune != nil {
-			tune(&fc)
+			tune(fc)
 		}
-		var err error
-		if e.shared, err = fleet.New(fc, o.Metrics, nil); err != nil {
-			t.Fatal(err)
-		}
-		o.Tier, o.Budget = e.shared, e.shared.Budget()
-		return func() { e.shared.Close() }
-	})
-	return e
+	}
 }
 
 // finalTarget is a transaction list of a done block: final, fresh for 24h.

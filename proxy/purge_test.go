@@ -19,6 +19,8 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/purge"
+	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
 
@@ -75,12 +77,12 @@ func (h *harness) purgeAs(auth, body string) resp {
 
 // purge posts body with the right token and returns the counts; anything
 // but a 200 fails the test.
-func (h *harness) purge(body string) purgeResult {
+func (h *harness) purge(body string) purge.Result {
 	h.t.Helper()
 	r := h.purgeAs("Bearer "+testPurgeToken, body)
 	var env struct {
-		Code string        `json:"code"`
-		Data []purgeResult `json:"data"`
+		Code string         `json:"code"`
+		Data []purge.Result `json:"data"`
 	}
 	if err := json.Unmarshal(r.body, &env); r.status != 200 || err != nil || env.Code != "0" || len(env.Data) != 1 {
 		h.t.Fatalf("purge %s: %d %s", body, r.status, r.body)
@@ -266,7 +268,7 @@ func TestPurgeByHash(t *testing.T) {
 	if gone := h.gone(multiAB, fillsA, fillsB, fillsC, otherChain, intA, intB, intAB); strings.Join(gone, " ") != multiAB+" "+fillsA {
 		t.Fatalf("answers purged with %s: %q", a, gone)
 	}
-	if h.cache.GetString(hashKey("CHAINX", a)) != nil || h.cache.GetString(hashKey("CHAINX", cross[1])) == nil {
+	if h.cache.GetString(route.HashKey("CHAINX", a)) != nil || h.cache.GetString(route.HashKey("CHAINX", cross[1])) == nil {
 		t.Fatal("per-hash entries: want the one of the hash purged, the other kept")
 	}
 	// fills B is assembled from B's entry, which stays: a hit.

@@ -17,6 +17,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
@@ -86,24 +87,10 @@ func (r *purgeRedis) forge(count int, record func(n int64) string) {
 // startTrustEdge is startPurgeEdge with the node's logs, the proxy's and
 // the shared tier's, written to logs.
 func startTrustEdge(base *harness, addr string, logs *testkit.LogBuffer, tune func(*fleet.Config)) *fleetEdge {
-	t := base.t
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	e := &fleetEdge{harness: &harness{t: t, sim: base.sim, rec: base.rec, clock: base.clock, cfg: base.cfg, log: log}}
-	e.harness.startWith(func(o *Options) func() {
-		o.Metrics.RegisterShared()
-		fc := fleetConfigOf(e.cfg)
-		fc.Addrs = []string{addr}
-		fc.Backoff = 50 * time.Millisecond
-		if tune != nil {
-			tune(&fc)
-		}
-		var err error
-		if e.shared, err = fleet.New(fc, o.Metrics, log); err != nil {
-			t.Fatal(err)
-		}
-		o.Tier, o.Budget = e.shared, e.shared.Budget()
-		return func() { e.shared.Close() }
-	})
+	e := &fleetEdge{harness: base.sibling()}
+	e.log = slog.New(slog.NewJSONHandler(logs, nil))
+	e.cfg.Shared.RedisAddr = addr
+	e.shared = e.startNode(NodeOptions{Fleet: purgeFleet(tune)}).Fleet()
 	return e
 }
 
@@ -190,7 +177,7 @@ func TestFleetPurgeFloorFromTheFutureRefused(t *testing.T) {
 
 	// Within the skew a floor is taken (it may be a node's whose clock is
 	// a little ahead)...
-	rc.set("floor", strconv.FormatInt(h.clock.Now().Add(purgeSkew/2).UnixNano(), 10))
+	rc.set("floor", strconv.FormatInt(h.clock.Now().Add(purge.Skew/2).UnixNano(), 10))
 	markRead(t, edges[1], e)
 	target = finalTarget(h, 4)
 	if cachedTwice(t, e, target) {
@@ -349,12 +336,12 @@ func TestFleetPurgeAppliedOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				sel, perr := e.p.parsePurge([]byte(`{"all":true}`), e.p.settings.Load())
+				sel, perr := purge.Parse([]byte(`{"all":true}`), e.p.settings.Load().chains)
 				if perr != nil {
 					t.Error(perr)
 					return
 				}
-				if _, err := e.p.purge(sel); err != nil {
+				if _, err := e.p.purges.Purge(sel); err != nil {
 					t.Error(err)
 					return
 				}
@@ -381,11 +368,11 @@ func TestFleetPurgeRecordBoundFitsTheLongestPurge(t *testing.T) {
 		hashes[i] = fmt.Sprintf("0x%064x", i+1)
 	}
 	url := "/api/v5/chainx/transaction/internal-transaction-multi?chainShortName=chainx&page=999999&limit=100&txId=" + strings.Join(hashes, ",")
-	sel, perr := h.p.parsePurge([]byte(`{"url":"`+url+`","soft":true}`), h.p.settings.Load())
+	sel, perr := purge.Parse([]byte(`{"url":"`+url+`","soft":true}`), h.p.settings.Load().chains)
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	req, _ := json.Marshal(sel.req)
+	req, _ := json.Marshal(sel.Request())
 	// "seq at request": two int64s and two spaces.
 	if n := 19 + 1 + 19 + 1 + len(req); n > fleet.MaxPurgeRecord/2 {
 		t.Fatalf("the longest purge record is %d bytes: fleet.MaxPurgeRecord (%d) leaves less than twice its room", n, fleet.MaxPurgeRecord)

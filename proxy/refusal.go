@@ -7,6 +7,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 )
 
@@ -20,7 +21,8 @@ func (p *Proxy) storeRefusal(s *settings, r *route.Route, key string, status int
 	// Held as is (a refusal is a short envelope): served reads its code.
 	e := cache.NewItem(key, body, cache.Negative, now, s.ttl[r.ID].For(cache.Negative), 0, 0)
 	e.Status, e.Source = status, cache.SourceUpstream
-	p.cache.Set(e, now)
+	e.Tags = purge.Of(e, body, s.chains)
+	p.keep(e, now)
 	return &answer{entry: e, stored: true}
 }
 

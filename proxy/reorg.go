@@ -1,12 +1,12 @@
 package proxy
 
 import (
-	"math"
 	"strconv"
 
 	"github.com/buger/jsonparser"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/truth"
 	"explorer-edge/proxy/upstream"
@@ -153,9 +153,8 @@ func (p *Proxy) reorganized(r *truth.Reorg) {
 // the class: an answer of the replaced branch is never served again, not
 // even as a stand-in for a failure. It returns the entries purged here.
 func (p *Proxy) purgeReplaced(r *truth.Reorg) int {
-	sel := &selector{kind: purgeHeights, chain: p.chainTag(r.Chain), from: r.Fork, to: math.MaxInt64, before: r.At,
-		req: purgeRequest{Heights: &purgeHeightsIn{Chain: r.Chain, From: r.Fork, To: math.MaxInt64}}}
-	res, err := p.purgeAt(sel, r.At)
+	sel := purge.Replaced(p.settings.Load().chains, r.Chain, r.Fork, r.At)
+	res, err := p.purges.PurgeAt(sel, r.At)
 	if err != nil {
 		p.log.Warn("reorganization purge not passed on to the fleet", "chain", r.Chain, "fork", r.Fork, "err", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 )
 
@@ -29,8 +30,13 @@ type Tier interface {
 	Lock(key string, now func() time.Time) (unlock func(), filled *cache.Entry)
 }
 
-// checkedTier admits what the shared tier returns as the upstream's
-// answers are admitted: whoever can write to Redis must not own the fleet.
+// sharedTier is the shared tier as the request core sees it: every entry
+// it returns is checked (admitShared) and judged by the purges this node
+// knows (purge.Purger.Judge), and an entry a purge selected while its
+// answer was on its way is not written to it.
+//
+// admitShared takes what the shared tier returns as the upstream's
+// answers are taken: whoever can write to Redis must not own the fleet.
 // An entry is taken only when its body is what the edge would have stored
 // (an envelope with code "0", or a per-hash item of JSON records, within
 // upstream.max_response_bytes), and its times are no more generous than
@@ -39,26 +45,38 @@ type Tier interface {
 // ones. Its ETag is computed again from its body (a header value must not
 // come from Redis). Anything else is a miss, counted in
 // shared_rejected_total{reason="entry"}.
-type checkedTier struct {
+type sharedTier struct {
 	Tier
 	p *Proxy
 }
 
-func (t checkedTier) Get(key string, now time.Time) *cache.Entry {
-	return t.p.admitShared(t.Tier.Get(key, now))
+func (t sharedTier) Get(key string, now time.Time) *cache.Entry {
+	return t.p.purges.Judge(t.p.admitShared(t.Tier.Get(key, now)))
 }
 
-func (t checkedTier) GetMany(keys []string, now time.Time) []*cache.Entry {
+func (t sharedTier) GetMany(keys []string, now time.Time) []*cache.Entry {
 	entries := t.Tier.GetMany(keys, now)
 	for i, e := range entries {
-		entries[i] = t.p.admitShared(e)
+		entries[i] = t.p.purges.Judge(t.p.admitShared(e))
 	}
 	return entries
 }
 
-func (t checkedTier) Lock(key string, now func() time.Time) (func(), *cache.Entry) {
+func (t sharedTier) Set(e *cache.Entry, now time.Time) {
+	if !t.p.purges.Purged(e) {
+		t.Tier.Set(e, now)
+	}
+}
+
+// Lock passes on another node's answer only while it is still fresh after
+// judging; else the caller fetches (without the lock: one more upstream
+// call, never a purged answer).
+func (t sharedTier) Lock(key string, now func() time.Time) (func(), *cache.Entry) {
 	unlock, e := t.Tier.Lock(key, now)
-	return unlock, t.p.admitShared(e)
+	if e = t.p.purges.Judge(t.p.admitShared(e)); e.StateAt(now().UnixNano()) != cache.Fresh {
+		e = nil
+	}
+	return unlock, e
 }
 
 // admitShared returns e made safe to serve, or nil.
@@ -104,7 +122,7 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 	err := e.WithIdentity(func(body []byte) error {
 		switch {
 		case strings.HasPrefix(e.Key, "hash|"):
-			if len(body) > 0 && !json.Valid(wrapData(body)) {
+			if len(body) > 0 && !json.Valid(envelope.Wrap(body)) {
 				why = "records are not JSON"
 			}
 		default:
@@ -114,7 +132,7 @@ func (p *Proxy) checkShared(e *cache.Entry) string {
 		}
 		if why == "" {
 			e.ComputeETag(body)
-			p.cache.TagFrom(e, body)
+			e.Tags = purge.Of(e, body, s.chains)
 		}
 		return nil
 	})

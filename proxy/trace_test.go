@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"explorer-edge/config"
-	"explorer-edge/fleet"
 	"explorer-edge/proxy/tracing"
 )
 
@@ -29,8 +28,8 @@ func tracedEdge(t *testing.T, h *harness) (*harness, *tracetest.InMemoryExporter
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	e := &harness{t: t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}
-	e.startWith(func(o *Options) func() { o.Tracer = tp; return func() {} })
+	e := h.sibling()
+	e.startNode(NodeOptions{Tracer: tp})
 	return e, exp
 }
 
@@ -177,8 +176,8 @@ func TestTracingToOTLPReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &harness{t: t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}
-	e.startWith(func(o *Options) func() { o.Tracer = tp; return func() {} })
+	e := h.sibling()
+	e.startNode(NodeOptions{Tracer: tp})
 	if r := e.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=6"); r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
@@ -225,8 +224,8 @@ func BenchmarkHitTraced(b *testing.B) {
 			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}),
 				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
 			defer tp.Shutdown(context.Background())
-			e := &harness{t: b, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}
-			e.startWith(func(o *Options) func() { o.Tracer = tp; return func() {} })
+			e := h.sibling()
+			e.startNode(NodeOptions{Tracer: tp})
 			target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
 			if r := e.get(target); r.status != 200 {
 				b.Fatalf("warm: %d %s", r.status, r.body)
@@ -244,16 +243,8 @@ func TestTracingFleetTierCalls(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	e := &fleetEdge{harness: &harness{t: t, sim: h.sim, rec: h.rec, clock: h.clock, cfg: h.cfg}}
-	e.harness.startWith(func(o *Options) func() {
-		o.Metrics.RegisterShared()
-		var err error
-		if e.shared, err = fleet.New(fleetConfigOf(e.cfg), o.Metrics, nil); err != nil {
-			t.Fatal(err)
-		}
-		o.Tier, o.Budget, o.Tracer = e.shared, e.shared.Budget(), tp
-		return func() { e.shared.Close() }
-	})
+	e := h.sibling()
+	e.startNode(NodeOptions{Tracer: tp})
 	if r := e.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=9"); r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}

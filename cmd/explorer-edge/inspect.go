@@ -30,55 +30,66 @@ func inspectCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, inspectUsage, "\nflags:\n"); fs.PrintDefaults() }
-	admin := fs.String("admin", "http://127.0.0.1:8081", "the edge's admin address (admin_listen), as http://host:port")
-	tokenFile := fs.String("token-file", "", "file holding admin.purge_token (default: $EDGE_ADMIN__PURGE_TOKEN)")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on the request")
+	var call adminCall
+	call.flags(fs)
 	uri := fs.String("url", "", "the request URI to look up, e.g. /api/v5/chainx/block/block-list?chainShortName=chainx")
 	top := fs.Int("top", 0, "list the N most-asked keys (1 to 256)")
 	showConfig := fs.Bool("config", false, "show the configuration in force")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	usage := func(msg string) int {
-		fmt.Fprintln(stderr, "explorer-edge inspect:", msg)
+	path, problem := inspectPath(fs, *uri, *top, *showConfig)
+	if problem != "" {
+		fmt.Fprintln(stderr, "explorer-edge inspect:", problem)
 		fmt.Fprint(stderr, inspectUsage)
 		return 2
 	}
+	token, err := purgeToken(call.tokenFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "explorer-edge inspect:", err)
+		return 1
+	}
+	status, answer, err := getAdmin(strings.TrimRight(call.admin, "/")+path, token, call.timeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "explorer-edge inspect:", err)
+		return 1
+	}
+	return printInspected(stdout, stderr, status, answer)
+}
+
+// inspectPath is the admin path the flags fs parsed ask, or the usage
+// problem.
+func inspectPath(fs *flag.FlagSet, uri string, top int, showConfig bool) (path, problem string) {
 	if fs.NArg() > 0 {
-		return usage("unexpected argument " + fs.Arg(0))
+		return "", "unexpected argument " + fs.Arg(0)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var path string
 	n := 0
 	if set["url"] {
 		n++
-		path = "/cache?url=" + url.QueryEscape(*uri)
+		path = "/cache?url=" + url.QueryEscape(uri)
 	}
 	if set["top"] {
 		n++
-		path = "/cache/top?n=" + strconv.Itoa(*top)
+		path = "/cache/top?n=" + strconv.Itoa(top)
 	}
-	if set["config"] && *showConfig {
+	if set["config"] && showConfig {
 		n++
 		path = "/config"
 	}
 	switch {
 	case n == 0:
-		return usage("give -url, -top or -config")
+		return "", "give -url, -top or -config"
 	case n > 1:
-		return usage("give one of -url, -top and -config")
+		return "", "give one of -url, -top and -config"
 	}
-	token, err := purgeToken(*tokenFile)
-	if err != nil {
-		fmt.Fprintln(stderr, "explorer-edge inspect:", err)
-		return 1
-	}
-	status, answer, err := getAdmin(strings.TrimRight(*admin, "/")+path, token, *timeout)
-	if err != nil {
-		fmt.Fprintln(stderr, "explorer-edge inspect:", err)
-		return 1
-	}
+	return path, ""
+}
+
+// printInspected prints the edge's answer indented, or why it refused; it
+// returns the exit status.
+func printInspected(stdout, stderr io.Writer, status int, answer []byte) int {
 	var env struct {
 		Code string `json:"code"`
 		Msg  string `json:"msg"`

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -22,17 +20,12 @@ import (
 	"time"
 
 	"github.com/knadh/koanf/providers/file"
-	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
-	"explorer-edge/fleet"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
 	"explorer-edge/proxy/route"
-	"explorer-edge/proxy/server"
-	"explorer-edge/proxy/tracing"
-	"explorer-edge/proxy/upstream"
 )
 
 func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -156,11 +149,61 @@ func newLogger(cfg config.Log, level *slog.LevelVar, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
-// run serves until SIGTERM/SIGINT (or stop, in tests) and drains.
+// run serves until SIGTERM/SIGINT (or stop, in tests) and drains. The edge
+// itself is proxy.Start's; run owns the process: its settings, signals
+// and the config file.
 func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{}) error {
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Log, level, logOut)
 	logStart(log, &cfg)
+	nofile, err := processSettings(&cfg, log)
+	if err != nil {
+		return err
+	}
+	// Signals are caught before anything is served: once /healthz answers,
+	// SIGHUP reloads instead of killing the process.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	node, err := proxy.Start(cfg, proxy.NodeOptions{Logger: log, Level: level, Register: processMetrics(cfg.Cache.MaxBytes)})
+	if err != nil {
+		return err
+	}
+	changes, unwatch := watchConfig(cfg, path, log)
+	defer unwatch()
+	// Editors and the kubelet write a file in steps (truncate, write,
+	// rename): reload once it has been quiet for watchSettle, not on the
+	// first event, which may see half a file.
+	var settle <-chan time.Time
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				reloadFile(node, path, nofile)
+				continue
+			}
+			return shutdown(node, log)
+		case <-changes:
+			settle = time.After(watchSettle)
+		case <-settle:
+			settle = nil
+			reloadFile(node, path, nofile)
+		case <-stop:
+			return shutdown(node, log)
+		case err := <-node.Err(): // a listener failed
+			ctx, cancel := context.WithTimeout(context.Background(), node.Config().ShutdownTimeout)
+			defer cancel()
+			node.Close(ctx)
+			return err
+		}
+	}
+}
+
+// processSettings sets what belongs to the process, not to one edge:
+// GOMAXPROCS, the Go memory limit and the descriptor limit, which may
+// lower cfg's server.max_conns. It returns the descriptor limit (0:
+// unknown).
+func processSettings(cfg *config.Config, log *slog.Logger) (nofile uint64, err error) {
 	if cfg.Server.GOMAXPROCS > 0 {
 		runtime.GOMAXPROCS(cfg.Server.GOMAXPROCS)
 	}
@@ -174,187 +217,84 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	}
 	// Every connection the edge may hold must fit the descriptor limit:
 	// past it accept fails with EMFILE, and so does an upstream call.
-	nofile, err := raiseDescriptorLimit()
+	nofile, err = raiseDescriptorLimit()
 	if err != nil {
 		log.Warn("could not raise the soft descriptor limit to the hard one", "limit", nofile, "err", err.Error())
 	}
-	configured, err := fitDescriptors(&cfg, nofile)
+	configured, err := fitDescriptors(cfg, nofile)
 	if err != nil {
-		return err
+		return nofile, err
 	}
 	if configured > 0 {
 		log.Warn("server.max_conns lowered to fit the descriptor limit", "limit", nofile, "configured", configured,
 			"max_conns", cfg.Server.MaxConns, "admin_max_conns", cfg.AdminMaxConns, "upstream_max_conns", cfg.Upstream.MaxConns,
 			"reserved", reservedDescriptors)
 	}
-	c, err := cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes, IdentityBytes: cfg.Cache.IdentityBytes})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	m := metrics.New(route.Names(), cfg.Chains, c)
-	m.BuildInfo(buildInfo())
-	if b := memoryBound(cfg.Cache.MaxBytes); b > 0 {
-		m.MemoryBound(b)
-	}
-	opts := proxy.Options{Cache: c, Metrics: m, Logger: log}
-	if cfg.Tracing.OTLPEndpoint != "" {
-		tp, err := tracing.NewTracerProvider(cfg.Tracing, log)
-		if err != nil {
-			return err
-		}
-		defer func() { // flush the spans still batched
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			tp.Shutdown(ctx)
-		}()
-		opts.Tracer = tp
-		log.Info("tracing on", "otlp_endpoint", config.Redact(cfg.Tracing.OTLPEndpoint), "sample_ratio", cfg.Tracing.SampleRatio)
-	}
-	if cfg.Shared.RedisAddr != "" {
-		// Fleet mode: Redis is the second cache tier, the fleet's one
-		// upstream budget and its fetch locks. Redis being down is not an
-		// error here: the node serves alone until it answers.
-		m.RegisterShared()
-		shared, err := fleet.New(fleetConfig(cfg), m, log)
-		if err != nil {
-			return err
-		}
-		defer shared.Close()
-		opts.Tier, opts.Budget = shared, shared.Budget()
-		opts.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
-			return shared.AccountBudget(name, rate, burst)
-		}
-	}
-	p, err := proxy.New(cfg, opts)
-	if err != nil {
-		return err
-	}
-	// The upstream self-check, before anything is served: one signed
-	// question to each account says whether base_url and the credentials
-	// work (logged; in /readyz). An account that failed it is asked again,
-	// at a low rate, until it answers.
-	p.SelfCheck(context.Background())
-	selfCheckCtx, stopSelfCheck := context.WithCancel(context.Background())
-	selfCheckDone := make(chan struct{})
-	go func() {
-		defer close(selfCheckDone)
-		p.RetrySelfCheck(selfCheckCtx, selfCheckEvery)
-	}()
-	defer func() { stopSelfCheck(); <-selfCheckDone }()
+	return nofile, nil
+}
 
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
-	adminLn, err := net.Listen("tcp", cfg.AdminListen)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	// Signals are caught before anything is served: once /healthz answers,
-	// SIGHUP reloads instead of killing the process.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
-
-	srv := p.NewServer(cfg.Server)
-	admin := p.NewAdminServer(cfg)
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(p.Listener(ln, server.PublicListener(cfg.Server))) }()
-	go func() {
-		errc <- admin.Serve(p.Listener(adminLn, server.AdminListener(cfg)))
-	}()
-	log.Info("explorer-edge listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", redactURL(cfg.Upstream.BaseURL), "auth", cfg.Auth.Mode, "fleet", cfg.Shared.RedisAddr != "")
-
-	reload := make(chan struct{}, 1)
-	if cfg.WatchConfig && path != "" {
-		// The file provider watches with fsnotify; a change reloads as SIGHUP
-		// does. It stops for good on an error (the file removed, say).
-		watch := file.Provider(path)
-		if err := watch.Watch(func(_ any, err error) {
-			if err != nil {
-				log.Warn("config watch stopped; SIGHUP still reloads", "err", err.Error())
-				return
-			}
-			select {
-			case reload <- struct{}{}:
-			default:
-			}
-		}); err != nil {
-			log.Warn("config watch unavailable", "err", err.Error())
-		} else {
-			defer watch.Unwatch()
-		}
-	}
-	// Editors and the kubelet write a file in steps (truncate, write,
-	// rename): reload once it has been quiet for watchSettle, not on the
-	// first event, which may see half a file.
-	var settle <-chan time.Time
-	current := cfg
-	doReload := func() {
-		next, err := loadConfig(path)
-		if err == nil {
-			// The same limit lowers the same max_conns: unchanged, it
-			// does not make the reload refused.
-			_, err = fitDescriptors(&next, nofile)
-		}
-		var changed []string
-		if err == nil {
-			// Every key is applied or refused by name (config.ReloadRules).
-			changed, err = config.ReloadChanges(&current, &next)
-		}
-		if err == nil {
-			err = p.Reload(next)
-		}
-		p.NoteReload(err) // GET /config tells the last reload's outcome
-		if err != nil {
-			m.ConfigReloads.WithLabelValues("error").Inc()
-			log.Error("config reload refused; the previous configuration keeps serving", "err", config.Redact(err.Error()))
-			return
-		}
-		_ = level.UnmarshalText([]byte(next.Log.Level))
-		current = next
-		m.ConfigReloads.WithLabelValues("ok").Inc()
-		log.Info("config reloaded", "changed", changedKeys(changed)) // keys only, never values
-	}
-	for {
-		select {
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				doReload()
-				continue
-			}
-			return shutdown(p, srv, admin, current.ShutdownTimeout, log)
-		case <-reload:
-			settle = time.After(watchSettle)
-		case <-settle:
-			settle = nil
-			doReload()
-		case <-stop:
-			return shutdown(p, srv, admin, current.ShutdownTimeout, log)
-		case err := <-errc:
-			return err
+// processMetrics adds the process's own series to an edge's metrics: the
+// build, and the memory bound when a limit is in force.
+func processMetrics(maxBytes int64) func(*metrics.Metrics) {
+	return func(m *metrics.Metrics) {
+		m.BuildInfo(buildInfo())
+		if b := memoryBound(maxBytes); b > 0 {
+			m.MemoryBound(b)
 		}
 	}
 }
 
-// shutdown stops accepting, lets in-flight requests finish within timeout,
-// then exits.
-func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration, log *slog.Logger) error {
+// watchConfig is watch_config: a value on the channel for each change of
+// the file at path, until unwatch. The file provider watches with
+// fsnotify; it stops for good on an error (the file removed, say). Without
+// watch_config the channel never receives.
+func watchConfig(cfg config.Config, path string, log *slog.Logger) (changes <-chan struct{}, unwatch func()) {
+	changed := make(chan struct{}, 1)
+	if !cfg.WatchConfig || path == "" {
+		return changed, func() {}
+	}
+	watch := file.Provider(path)
+	err := watch.Watch(func(_ any, err error) {
+		if err != nil {
+			log.Warn("config watch stopped; SIGHUP still reloads", "err", err.Error())
+			return
+		}
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		log.Warn("config watch unavailable", "err", err.Error())
+		return changed, func() {}
+	}
+	return changed, func() { watch.Unwatch() }
+}
+
+// reloadFile reloads the file at path into node (SIGHUP, watch_config).
+func reloadFile(node *proxy.Node, path string, nofile uint64) {
+	next, err := loadConfig(path)
+	if err == nil {
+		// The same limit lowers the same max_conns: unchanged, it does
+		// not make the reload refused.
+		_, err = fitDescriptors(&next, nofile)
+	}
+	if err != nil {
+		node.RefuseReload(err)
+		return
+	}
+	node.Reload(next)
+}
+
+// shutdown drains node: it stops accepting, lets in-flight requests and
+// background refreshes finish within shutdown_timeout, then closes it.
+// Past that time the process exits with them still running.
+func shutdown(node *proxy.Node, log *slog.Logger) error {
+	timeout := node.Config().ShutdownTimeout
 	log.Info("draining", "timeout", timeout)
-	p.SetDraining(true)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := srv.ShutdownWithContext(ctx)
-	admin.ShutdownWithContext(ctx)
-	// Background refreshes end before run closes the cache (a refresh's
-	// store raced the cache's Close); past the drain's time, the process
-	// exits with them still running.
-	if cerr := p.Close(ctx); cerr != nil && err == nil {
-		err = cerr
-	}
+	err := node.Close(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("drain timed out; requests or refreshes still in flight were cut", "timeout", timeout)
 		return nil
@@ -366,28 +306,6 @@ func shutdown(p *proxy.Proxy, srv, admin *fasthttp.Server, timeout time.Duration
 	return nil
 }
 
-// changedKeys is never nil, so that a reload that changed nothing logs
-// changed=[] rather than null.
-func changedKeys(keys []string) []string {
-	if keys == nil {
-		return []string{}
-	}
-	return keys
-}
-
-// selfCheckEvery is how often an upstream account that failed the
-// self-check is asked again.
-const selfCheckEvery = 30 * time.Second
-
 // watchSettle is how long the config file must stay unchanged before
 // watch_config reloads it.
 const watchSettle = 100 * time.Millisecond
-
-// redactURL hides a password in a URL's user info before it is logged.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable)"
-	}
-	return u.Redacted()
-}

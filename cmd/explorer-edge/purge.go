@@ -34,71 +34,25 @@ func purgeCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, purgeUsage, "\nflags:\n"); fs.PrintDefaults() }
-	admin := fs.String("admin", "http://127.0.0.1:8081", "the edge's admin address (admin_listen), as http://host:port")
-	tokenFile := fs.String("token-file", "", "file holding admin.purge_token (default: $EDGE_ADMIN__PURGE_TOKEN)")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound on the request")
+	var call adminCall
+	call.flags(fs)
 	asJSON := fs.Bool("json", false, "print the edge's JSON answer as it came")
-	var req struct {
-		URL   string `json:"url,omitempty"`
-		Hash  string `json:"hash,omitempty"`
-		Chain string `json:"chain,omitempty"`
-		Route string `json:"route,omitempty"`
-		All   bool   `json:"all,omitempty"`
-		Soft  bool   `json:"soft,omitempty"`
-	}
-	fs.StringVar(&req.URL, "url", "", "purge one request URI")
-	fs.StringVar(&req.Hash, "hash", "", "purge by hash (with -chain)")
-	fs.StringVar(&req.Chain, "chain", "", "the chain of -hash, -from/-to or -route")
-	from := fs.Int64("from", -1, "lowest height to purge (with -chain and -to)")
-	to := fs.Int64("to", -1, "highest height to purge (with -chain and -from)")
-	fs.StringVar(&req.Route, "route", "", "purge a route's answers, e.g. block-list")
-	fs.BoolVar(&req.All, "all", false, "purge everything")
-	fs.BoolVar(&req.Soft, "soft", false, "mark stale (served while one refresh runs) instead of deleting")
+	sel := purgeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	usage := func(msg string) int {
-		fmt.Fprintln(stderr, "explorer-edge purge:", msg)
+	body, problem := sel.body(fs)
+	if problem != "" {
+		fmt.Fprintln(stderr, "explorer-edge purge:", problem)
 		fmt.Fprint(stderr, purgeUsage)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		return usage("unexpected argument " + fs.Arg(0))
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	heights := set["from"] || set["to"]
-	n := 0
-	for _, s := range []bool{set["url"], set["hash"], heights, set["route"], set["all"]} {
-		if s {
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return usage("give one selector")
-	case n > 1:
-		return usage("give one selector, not several")
-	case heights && !(set["from"] && set["to"] && set["chain"]):
-		return usage("heights need -chain, -from and -to")
-	case set["hash"] && !set["chain"]:
-		return usage("-hash needs -chain")
-	case (set["url"] || set["all"]) && set["chain"]:
-		return usage("-chain goes with -hash, -from/-to or -route")
-	}
-	body := map[string]any{}
-	b, _ := json.Marshal(req)
-	json.Unmarshal(b, &body)
-	if heights {
-		delete(body, "chain")
-		body["heights"] = map[string]any{"chain": req.Chain, "from": *from, "to": *to}
-	}
-	token, err := purgeToken(*tokenFile)
+	token, err := purgeToken(call.tokenFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "explorer-edge purge:", err)
 		return 1
 	}
-	status, answer, err := postPurge(strings.TrimRight(*admin, "/")+"/purge", token, body, *timeout)
+	status, answer, err := postPurge(strings.TrimRight(call.admin, "/")+"/purge", token, body, call.timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "explorer-edge purge:", err)
 		return 1
@@ -109,6 +63,85 @@ func purgeCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stdout)
 		}
 	}
+	return printPurged(stdout, stderr, status, answer, *asJSON)
+}
+
+// adminCall is the flags of the subcommands that ask an edge's admin port.
+type adminCall struct {
+	admin, tokenFile string
+	timeout          time.Duration
+}
+
+func (c *adminCall) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.admin, "admin", "http://127.0.0.1:8081", "the edge's admin address (admin_listen), as http://host:port")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding admin.purge_token (default: $EDGE_ADMIN__PURGE_TOKEN)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "bound on the request")
+}
+
+// purgeSelector is the selector flags of purge: the JSON body of POST
+// /purge, but for the heights.
+type purgeSelector struct {
+	URL      string `json:"url,omitempty"`
+	Hash     string `json:"hash,omitempty"`
+	Chain    string `json:"chain,omitempty"`
+	Route    string `json:"route,omitempty"`
+	All      bool   `json:"all,omitempty"`
+	Soft     bool   `json:"soft,omitempty"`
+	from, to int64
+}
+
+func purgeFlags(fs *flag.FlagSet) *purgeSelector {
+	s := &purgeSelector{}
+	fs.StringVar(&s.URL, "url", "", "purge one request URI")
+	fs.StringVar(&s.Hash, "hash", "", "purge by hash (with -chain)")
+	fs.StringVar(&s.Chain, "chain", "", "the chain of -hash, -from/-to or -route")
+	fs.Int64Var(&s.from, "from", -1, "lowest height to purge (with -chain and -to)")
+	fs.Int64Var(&s.to, "to", -1, "highest height to purge (with -chain and -from)")
+	fs.StringVar(&s.Route, "route", "", "purge a route's answers, e.g. block-list")
+	fs.BoolVar(&s.All, "all", false, "purge everything")
+	fs.BoolVar(&s.Soft, "soft", false, "mark stale (served while one refresh runs) instead of deleting")
+	return s
+}
+
+// body is the request of the flags fs parsed, or the usage problem.
+func (s *purgeSelector) body(fs *flag.FlagSet) (body map[string]any, problem string) {
+	if fs.NArg() > 0 {
+		return nil, "unexpected argument " + fs.Arg(0)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	heights := set["from"] || set["to"]
+	n := 0
+	for _, on := range []bool{set["url"], set["hash"], heights, set["route"], set["all"]} {
+		if on {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return nil, "give one selector"
+	case n > 1:
+		return nil, "give one selector, not several"
+	case heights && !(set["from"] && set["to"] && set["chain"]):
+		return nil, "heights need -chain, -from and -to"
+	case set["hash"] && !set["chain"]:
+		return nil, "-hash needs -chain"
+	case (set["url"] || set["all"]) && set["chain"]:
+		return nil, "-chain goes with -hash, -from/-to or -route"
+	}
+	body = map[string]any{}
+	b, _ := json.Marshal(s)
+	json.Unmarshal(b, &body)
+	if heights {
+		delete(body, "chain")
+		body["heights"] = map[string]any{"chain": s.Chain, "from": s.from, "to": s.to}
+	}
+	return body, ""
+}
+
+// printPurged says what the edge's answer says was purged, or why it
+// refused; it returns the exit status.
+func printPurged(stdout, stderr io.Writer, status int, answer []byte, asJSON bool) int {
 	var env struct {
 		Code string `json:"code"`
 		Msg  string `json:"msg"`
@@ -128,7 +161,7 @@ func purgeCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "explorer-edge purge: refused: HTTP %d: %s\n", status, msg)
 		return 1
 	}
-	if !*asJSON {
+	if !asJSON {
 		d := env.Data[0]
 		fmt.Fprintf(stdout, "purged (%s, by %s): %d entries in memory, %d in Redis", d.Mode, d.Selector, d.Memory, d.Redis)
 		if d.Fleet {

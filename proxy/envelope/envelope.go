@@ -6,6 +6,7 @@
 package envelope
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -201,4 +202,13 @@ func Code(body []byte) (string, error) {
 // least 1.
 func CeilSeconds(d time.Duration) int {
 	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// Wrap makes records an envelope for the classifier.
+func Wrap(records []byte) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"data":[`)
+	b.Write(records)
+	b.WriteString(`]}`)
+	return b.Bytes()
 }

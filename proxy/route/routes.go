@@ -250,3 +250,7 @@ func ClassWindow(w config.PerClass, c cache.Class) time.Duration {
 	}
 	return w.Negative
 }
+
+// HashKey is the cache key of one hash's records (the per-hash routes'
+// items).
+func HashKey(chain, hash string) string { return "hash|" + chain + "|" + hash }

@@ -1,4 +1,4 @@
-package proxy
+package purge
 
 import (
 	"strconv"
@@ -8,6 +8,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
 )
 
@@ -26,10 +27,10 @@ func routeTag(r *route.Route) uint8 { return uint8(r.ID) + 1 }
 // hashDigest is the tag of a hash, in canonical (lower) case.
 func hashDigest(h string) uint64 { return xxhash.Sum64String(strings.ToLower(h)) }
 
-// chainTag is the tag of a canonical (upper-case) chain name; 0 if the
-// edge does not serve it.
-func (p *Proxy) chainTag(chain string) uint8 {
-	for i, c := range p.chains {
+// ChainTag is the tag of a canonical (upper-case) chain name among chains
+// (the configured ones, in order); 0 if the edge does not serve it.
+func ChainTag(chains []string, chain string) uint8 {
+	for i, c := range chains {
 		if c == chain {
 			return uint8(i) + 1
 		}
@@ -37,13 +38,14 @@ func (p *Proxy) chainTag(chain string) uint8 {
 	return 0
 }
 
-// tagEntry is the cache's tagger.
-func (p *Proxy) tagEntry(e *cache.Entry, body []byte) cache.Tags {
+// Of is e's tags, read from its key and its identity body (which it does
+// not keep); chains are the configured ones, in order.
+func Of(e *cache.Entry, body []byte, chains []string) cache.Tags {
 	var t cache.Tags
 	if rest, ok := strings.CutPrefix(e.Key, "hash|"); ok {
 		chain, hash, _ := strings.Cut(rest, "|")
-		t.Route, t.Chain, t.Hashes = tagPerHash, p.chainTag(chain), []uint64{hashDigest(hash)}
-		crossHeights(&t, wrapData(body))
+		t.Route, t.Chain, t.Hashes = tagPerHash, ChainTag(chains, chain), []uint64{hashDigest(hash)}
+		crossHeights(&t, envelope.Wrap(body))
 		return t
 	}
 	path, _, _ := strings.Cut(e.Key, "?")
@@ -51,9 +53,9 @@ func (p *Proxy) tagEntry(e *cache.Entry, body []byte) cache.Tags {
 	if r == nil {
 		return t
 	}
-	var q query
+	var q route.Params
 	q.ParseKey(r, e.Key)
-	t.Route, t.Chain = routeTag(r), p.chainTag(string(q.Chain))
+	t.Route, t.Chain = routeTag(r), ChainTag(chains, string(q.Chain))
 	if q.NHashes > 0 {
 		t.Hashes = make([]uint64, q.NHashes)
 		for i := range q.NHashes {
@@ -107,4 +109,19 @@ func widen(t *cache.Tags, h int64) {
 		return
 	}
 	t.Lo, t.Hi = min(t.Lo, h), max(t.Hi, h+1)
+}
+
+// TagNames names the route ("per-hash" for a hash's entry; "" untagged)
+// and the chain of tags t among chains.
+func TagNames(t *cache.Tags, chains []string) (routeName, chain string) {
+	switch {
+	case t.Route == tagPerHash:
+		routeName = "per-hash"
+	case t.Route > 0 && int(t.Route) <= int(route.Count):
+		routeName = route.Table[t.Route-1].Name
+	}
+	if t.Chain > 0 && int(t.Chain) <= len(chains) {
+		chain = chains[t.Chain-1]
+	}
+	return routeName, chain
 }

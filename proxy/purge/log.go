@@ -1,4 +1,4 @@
-package proxy
+package purge
 
 import (
 	"sync"
@@ -15,17 +15,17 @@ import (
 // stale (soft). In fleet mode the log also judges entries read from the
 // shared tier, which other nodes may have stored before the purge.
 
-// purgeRecord is one purge: when it ran (unix ns) and what it selected.
-type purgeRecord struct {
+// record is one purge: when it ran (unix ns) and what it selected.
+type record struct {
 	at  int64
-	sel *selector
+	sel *Selector
 }
 
-// purgeLog holds recent purges, oldest first. Readers load the slice
+// Log holds recent purges, oldest first. Readers load the slice
 // without a lock; writers replace it.
-type purgeLog struct {
+type Log struct {
 	mu   sync.Mutex
-	recs atomic.Pointer[[]purgeRecord]
+	recs atomic.Pointer[[]record]
 	// floor: an entry whose answer is older than this is purged (hard),
 	// whatever it is: the higher of trimmed and shared.
 	floor atomic.Int64
@@ -36,16 +36,16 @@ type purgeLog struct {
 	trimmed, shared, refused int64
 }
 
-// maxPurgeRecords bounds the log. Beyond it the oldest records go and the
+// maxRecords bounds the log. Beyond it the oldest records go and the
 // floor rises to the newest of them: entries older than it are treated as
 // purged, which costs refetches, never a purged answer.
-const maxPurgeRecords = 10_000
+const maxRecords = 10_000
 
 // add appends r and drops records older than since (unix ns).
-func (l *purgeLog) add(r purgeRecord, since int64) {
+func (l *Log) add(r record, since int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var old []purgeRecord
+	var old []record
 	if p := l.recs.Load(); p != nil {
 		old = *p
 	}
@@ -53,13 +53,13 @@ func (l *purgeLog) add(r purgeRecord, since int64) {
 	for i < len(old) && old[i].at < since {
 		i++
 	}
-	if n := len(old) - i + 1; n > maxPurgeRecords {
-		drop := n - maxPurgeRecords
+	if n := len(old) - i + 1; n > maxRecords {
+		drop := n - maxRecords
 		l.trimmed = max(l.trimmed, old[i+drop-1].at)
 		l.floor.Store(max(l.trimmed, l.shared))
 		i += drop
 	}
-	recs := make([]purgeRecord, 0, len(old)-i+1)
+	recs := make([]record, 0, len(old)-i+1)
 	recs = append(recs, old[i:]...)
 	// Keep the order by time: a record from another node may be older
 	// than the newest one here.
@@ -67,14 +67,14 @@ func (l *purgeLog) add(r purgeRecord, since int64) {
 	for j > 0 && recs[j-1].at > r.at {
 		j--
 	}
-	recs = append(recs, purgeRecord{})
+	recs = append(recs, record{})
 	copy(recs[j+1:], recs[j:])
 	recs[j] = r
 	l.recs.Store(&recs)
 }
 
 // sharedFloor takes the fleet's floor as Redis says it (0: none).
-func (l *purgeLog) sharedFloor(at int64) {
+func (l *Log) sharedFloor(at int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.shared = at
@@ -84,7 +84,7 @@ func (l *purgeLog) sharedFloor(at int64) {
 // refuseFloor notes a floor refused (as from the future) and reports
 // whether it is another one than the last: each is said once, not at
 // every poll.
-func (l *purgeLog) refuseFloor(at int64) bool {
+func (l *Log) refuseFloor(at int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if at == l.refused {
@@ -97,7 +97,7 @@ func (l *purgeLog) refuseFloor(at int64) bool {
 // after reports whether a purge may have selected an answer fetched at
 // stored (unix ns): the floor is above it or a record is newer. One load
 // and a compare or two: the common case, no purge since, costs nothing.
-func (l *purgeLog) after(stored int64) bool {
+func (l *Log) after(stored int64) bool {
 	if stored < l.floor.Load() {
 		return true
 	}
@@ -108,7 +108,7 @@ func (l *purgeLog) after(stored int64) bool {
 // verdict judges e by the purges that ran after its answer was fetched
 // and not before since (unix ns): drop for a hard one, else the earliest
 // time a soft one made it stale (0: none).
-func (l *purgeLog) verdict(e *cache.Entry, since int64) (drop bool, staleFrom int64) {
+func (l *Log) verdict(e *cache.Entry, since int64) (drop bool, staleFrom int64) {
 	if e.Stored < l.floor.Load() {
 		return true, 0
 	}

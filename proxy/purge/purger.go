@@ -1,0 +1,227 @@
+package purge
+
+import (
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"explorer-edge/cache"
+	"explorer-edge/metrics"
+	"explorer-edge/proxy/logsample"
+)
+
+// Fleet is a shared tier that carries purges (fleet.Redis, fleet/purge.go):
+// a purge sent to any node is published in the fleet's purge log; every
+// node applies the records of the others to its memory and keeps them all
+// in its own Log, which judges every entry it reads from Redis. So an
+// entry another node stored in Redis before a purge selecting it is a miss
+// (hard) or stale (soft) on every node, without rewriting Redis.
+type Fleet interface {
+	// PublishPurge appends a purge to the fleet's log and deletes (hard)
+	// or counts (soft) the Redis entries of keys.
+	PublishPurge(at int64, request []byte, keys []string, soft bool, retain time.Duration) (seq int64, found int, err error)
+	// WatchPurges follows the log: apply for the other nodes' purges,
+	// lost when records were missed, floor with the fleet's floor at every
+	// read (old answers are purged), refused for what Redis held that no
+	// node publishes.
+	WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string))
+}
+
+// Skew is how far ahead of this node's clock a time read from the fleet's
+// purge log (a record's, the floor) may be: the nodes' clocks differ by
+// milliseconds under NTP, and auth.max_skew gives clients 30 s. A time
+// further ahead is no node's: taken, a floor ten years ahead would make
+// every entry older than it (all of them) a miss for ten years, and a
+// record would never age out. Such a time is refused, counted in
+// shared_rejected_total{reason="purge_floor"} or {reason="purge_record"}.
+// One within it costs at most 30 s of misses.
+const Skew = 30 * time.Second
+
+// Purger applies purges to this node's memory, keeps them in its Log to
+// judge answers stored or read after them, and (fleet mode) publishes them
+// to the fleet and applies the fleet's. Create it with New.
+type Purger struct {
+	cache  *cache.Cache
+	log    Log
+	fleet  Fleet // nil on a single node
+	m      *metrics.Metrics
+	logger *slog.Logger
+	o      Options
+}
+
+// Options are a Purger's collaborators.
+type Options struct {
+	Metrics *metrics.Metrics // required
+	Logger  *slog.Logger     // required
+	Clock   func() time.Time // required
+	// Sample says whether a WARN line of a key may go out; nil = always.
+	Sample func(logsample.Key) (ok bool, suppressed int64)
+	// Chains are the configured chains, upper case, in order: the chain
+	// tags.
+	Chains []string
+	// InFlight bounds how long an answer can be on its way from the
+	// upstream to the cache (retries, the budget's wait, one more
+	// timeout), and Retain is the longest an entry may live in Redis or in
+	// memory (the longest fresh time plus stale windows): both under the
+	// configuration in force.
+	InFlight, Retain func() time.Duration
+}
+
+// New makes a purger of c's entries.
+func New(c *cache.Cache, o Options) *Purger {
+	return &Purger{cache: c, m: o.Metrics, logger: o.Logger, o: o}
+}
+
+// Memory applies sel to this node's cache and returns the entries
+// affected.
+func (p *Purger) Memory(sel *Selector, now time.Time) int {
+	if sel.kind == kindURL {
+		return p.cache.PurgeKeys(sel.keys, sel.match, sel.soft, now)
+	}
+	return p.cache.Purge(sel.match, sel.soft, now)
+}
+
+// Purge applies sel to this node, passes it on to the fleet, and counts
+// it. The purge is logged first: an answer stored while the cache is
+// scanned is judged by it. The error says the fleet was not told.
+func (p *Purger) Purge(sel *Selector) (Result, error) {
+	return p.PurgeAt(sel, p.o.Clock().UnixNano())
+}
+
+// PurgeAt is Purge of the answers older than at (unix ns): a
+// reorganization spares the answer that showed it and those stored after
+// it.
+func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
+	now := p.o.Clock()
+	p.log.add(record{at: at, sel: sel}, now.Add(-p.keep()).UnixNano())
+	res := Result{Selector: sel.kind.String(), Mode: sel.Mode()}
+	res.Memory = p.Memory(sel, now)
+	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
+	if p.fleet == nil {
+		return res, nil
+	}
+	req, _ := json.Marshal(sel.req)
+	seq, found, err := p.fleet.PublishPurge(at, req, sel.sharedKeys(), sel.soft, p.o.Retain())
+	res.Redis, res.Seq, res.Fleet = found, seq, err == nil
+	return res, err
+}
+
+// Admit is what of e, an answer being stored at now, the purges let into
+// the cache: nil when a hard purge selected it while its answer was on its
+// way, a copy stale from a soft one's time, or e.
+func (p *Purger) Admit(e *cache.Entry, now time.Time) *cache.Entry {
+	drop, from := p.log.verdict(e, now.Add(-p.o.InFlight()).UnixNano())
+	switch {
+	case drop:
+		return nil
+	case from != 0 && from < e.Fresh:
+		return e.StaleFrom(from)
+	}
+	return e
+}
+
+// Judge is what an entry read from the shared tier is worth after the
+// purges this node knows: nil (purged), a stale one (soft-purged), or e.
+// e is this caller's own, decoded from Redis and tagged: it may be
+// changed.
+func (p *Purger) Judge(e *cache.Entry) *cache.Entry {
+	if e == nil || !p.log.after(e.Stored) {
+		return e // no purge since its answer
+	}
+	drop, from := p.log.verdict(e, 0)
+	switch {
+	case drop:
+		return nil
+	case from != 0 && from < e.Fresh:
+		e.Fresh = from
+	}
+	return e
+}
+
+// Purged reports whether a hard purge selected e after its answer was
+// fetched: such an entry is not written to the shared tier.
+func (p *Purger) Purged(e *cache.Entry) bool {
+	if !p.log.after(e.Stored) {
+		return false
+	}
+	drop, _ := p.log.verdict(e, 0)
+	return drop
+}
+
+// Join starts following the fleet's purges and passes this node's on to
+// f.
+func (p *Purger) Join(f Fleet) {
+	p.fleet = f
+	f.WatchPurges(p.fleetPurge, p.purgesLost, p.fleetFloor, p.refused)
+}
+
+// fleetFloor takes the fleet's floor (0: none), unless it is from the
+// future: then the one taken before stays.
+func (p *Purger) fleetFloor(at int64) {
+	now := p.o.Clock()
+	if at > now.Add(Skew).UnixNano() {
+		if p.log.refuseFloor(at) {
+			p.refused("purge_floor", "from the future: "+time.Unix(0, at).Sub(now).String()+" ahead")
+		}
+		return
+	}
+	p.log.sharedFloor(at)
+}
+
+// refused counts what the fleet's purge log held that no node publishes,
+// and logs it, sampled: whoever can write to Redis can fill the log with
+// it.
+func (p *Purger) refused(reason, why string) {
+	p.m.SharedRejected.WithLabelValues(reason).Inc()
+	const msg = "purge state in Redis refused"
+	ok, suppressed := true, int64(0)
+	if p.o.Sample != nil {
+		ok, suppressed = p.o.Sample(logsample.Key{Msg: msg, Code: reason})
+	}
+	if ok {
+		p.logger.Warn(msg, "reason", reason, "why", why, "suppressed", suppressed)
+	}
+}
+
+// fleetPurge applies a purge another node published at at (unix ns).
+// Only entries whose answers are older than the purge are selected: what
+// this node fetched since is newer than the purge. Records published
+// before this node started (live false) are remembered, not applied.
+func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
+	now := p.o.Clock()
+	if at > now.Add(Skew).UnixNano() {
+		p.refused("purge_record", "from the future: "+time.Unix(0, at).Sub(now).String()+" ahead")
+		return
+	}
+	sel, perr := Parse(request, p.o.Chains)
+	if perr != nil {
+		p.refused("purge_record", "unreadable: "+perr.Msg)
+		return
+	}
+	sel.before = at
+	p.log.add(record{at: at, sel: sel}, now.Add(-p.keep()).UnixNano())
+	if !live {
+		return
+	}
+	n := p.Memory(sel, now)
+	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
+	p.logger.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.Describe(), "mode", sel.Mode(),
+		"memory", n, "lag", now.Sub(time.Unix(0, at)).String())
+}
+
+// purgesLost drops the whole memory cache: the fleet purged things this
+// node can no longer learn.
+func (p *Purger) purgesLost() {
+	n := p.cache.Purge(func(*cache.Entry) bool { return true }, false, p.o.Clock())
+	p.logger.Warn("missed purges of the fleet; dropped the memory cache", "entries", n)
+}
+
+// keep is how long the log keeps a record: long enough to judge any
+// answer on its way (InFlight) and, in fleet mode, any entry Redis may
+// still hold (Retain).
+func (p *Purger) keep() time.Duration {
+	if p.fleet != nil {
+		return max(p.o.Retain(), p.o.InFlight())
+	}
+	return p.o.InFlight()
+}
