@@ -122,7 +122,7 @@ func BenchmarkPurge(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-			var before, after runtime.MemStats
+		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i := range n {
