@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -18,23 +17,11 @@ import (
 // noResult is the cache result of a request refused before the cache.
 const noResult = -1
 
-// sampleThreshold turns log.access_sample (a fraction 0..1) into the
-// threshold access compares a random uint64 with.
-func sampleThreshold(fraction float64) uint64 {
-	switch {
-	case fraction <= 0:
-		return 0
-	case fraction >= 1:
-		return math.MaxUint64
-	}
-	return uint64(fraction * (1 << 64))
-}
-
 // access writes the access log line of a sampled request. With sampling off
 // it is one atomic load and a comparison: the hit path stays allocation-free.
 func (p *Proxy) access(ctx *fasthttp.RequestCtx, id route.ID, result int, code string, start time.Time) {
 	p.account(ctx, result)
-	if t := p.accessSample.Load(); t == 0 || rand.Uint64() > t {
+	if t := p.ops.accessSample.Load(); t == 0 || rand.Uint64() > t {
 		return
 	}
 	p.logAccess(ctx, id, result, code, start)
@@ -96,8 +83,8 @@ func (p *Proxy) accessKey(ctx *fasthttp.RequestCtx, s *settings) string {
 	if r == nil {
 		return ""
 	}
-	q := p.queries.Get().(*query)
-	defer p.queries.Put(q)
+	q := p.work.queries.Get().(*query)
+	defer p.work.queries.Put(q)
 	if err := q.Parse(r, ctx.QueryArgs(), s.chains); err != nil {
 		return ""
 	}
@@ -112,7 +99,7 @@ type upstreamTimeKey struct{}
 // came from, for its access line; only when the line may carry it (the
 // miss path: the hit path never comes here).
 func (p *Proxy) noteUpstream(ctx *fasthttp.RequestCtx, s *settings, d time.Duration) {
-	if d > 0 && p.accessSample.Load() != 0 && slices.Contains(s.cfg.Log.AccessFields, "upstream_ms") {
+	if d > 0 && p.ops.accessSample.Load() != 0 && slices.Contains(s.cfg.Log.AccessFields, "upstream_ms") {
 		ctx.SetUserValue(upstreamTimeKey{}, d)
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
-	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/admin"
 	"explorer-edge/sim"
 )
 
@@ -62,9 +62,9 @@ func (h *harness) inspectData(path string, out any) {
 }
 
 // inspectURL is GET /cache?url=target.
-func (h *harness) inspectURL(target string) inspected {
+func (h *harness) inspectURL(target string) admin.Inspected {
 	h.t.Helper()
-	var out inspected
+	var out admin.Inspected
 	h.inspectData("/cache?url="+url.QueryEscape(target), &out)
 	return out
 }
@@ -126,7 +126,7 @@ func TestInspectCacheWholeKey(t *testing.T) {
 	if !e.Gzip || e.SizeStored <= 0 || e.SizeStored >= e.SizeIdentity || e.Cost < int64(e.SizeStored) {
 		t.Errorf("gzip %v size_stored %d cost %d of %d identity bytes", e.Gzip, e.SizeStored, e.Cost, e.SizeIdentity)
 	}
-	if tg := e.Tags; tg.Route != "transaction-list" || tg.Chain != "CHAINX" || tg.Heights == nil || *tg.Heights != (inspectedHeights{height, height}) || tg.Hashes != 0 {
+	if tg := e.Tags; tg.Route != "transaction-list" || tg.Chain != "CHAINX" || tg.Heights == nil || *tg.Heights != (admin.Heights{From: height, To: height}) || tg.Hashes != 0 {
 		t.Errorf("tags %+v (heights %v), want transaction-list CHAINX %d..%d", tg, tg.Heights, height, height)
 	}
 	h.clock.Advance(90 * time.Second)
@@ -318,12 +318,12 @@ func TestInspectTop(t *testing.T) {
 		h.get(b)
 	}
 	h.get(c)
-	var top topReport
+	var top admin.Report
 	h.inspectData("/cache/top?n=2", &top)
-	if top.Every != 1 || top.Sampled != 13 || top.Requests != 13 || top.Slots != topSlots || len(top.Keys) != 2 {
+	if top.Every != 1 || top.Sampled != 13 || top.Requests != 13 || top.Slots != 256 || len(top.Keys) != 2 {
 		t.Fatalf("top: %+v", top)
 	}
-	want := []topKey{
+	want := []admin.TopKey{
 		{Key: cacheKey(t, h.p, a), Route: "block-list", Requests: 8, Share: 0.6154},
 		{Key: cacheKey(t, h.p, b), Route: "transaction-list", Requests: 4, Share: 0.3077},
 	}
@@ -356,44 +356,6 @@ func TestInspectTop(t *testing.T) {
 	}
 }
 
-// TestTopSpaceSaving: a key asked more than a topSlots-th of the counted
-// requests is in the table whatever else is asked, its count over the
-// truth by at most its error.
-func TestTopSpaceSaving(t *testing.T) {
-	var tk topKeys
-	tk.init(1)
-	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).UnixNano()
-	long := strings.Repeat("k", 3*topKeyBytes) // longer than a slot's first buffer
-	heavy := 0
-	for i := range 20000 {
-		if i%50 == 0 {
-			tk.count(long, route.BlockList, now)
-			heavy++
-			continue
-		}
-		tk.count(fmt.Sprintf("/key/%d", i), route.TransactionList, now) // each once
-	}
-	rep := tk.top(3, now)
-	if len(rep.Keys) != 3 || rep.Keys[0].Key != long || rep.Keys[0].Route != "block-list" {
-		t.Fatalf("top: %+v", rep.Keys[0])
-	}
-	k := rep.Keys[0]
-	if k.Requests < uint64(heavy) || k.Requests-k.MaxOver > uint64(heavy) {
-		t.Fatalf("heavy key counted %d (over by at most %d), asked %d", k.Requests, k.MaxOver, heavy)
-	}
-	if rep.Sampled != 20000 || tk.n != topSlots {
-		t.Fatalf("sampled %d, slots used %d", rep.Sampled, tk.n)
-	}
-	// An hour later every count is gone; a clock going back changes nothing.
-	if rep = tk.top(3, now+int64(time.Hour)); len(rep.Keys) != 0 || rep.Sampled != 0 {
-		t.Fatalf("an hour later: %+v", rep)
-	}
-	tk.count("/again", route.BlockList, now)
-	if rep = tk.top(3, now); len(rep.Keys) != 1 || rep.Keys[0].Requests != 1 {
-		t.Fatalf("clock back: %+v", rep)
-	}
-}
-
 // TestTopSamplingAllocatesNothing: a hit allocates nothing with the
 // sampling off, at its default (1 in 64) and counting every request.
 func TestTopSamplingAllocatesNothing(t *testing.T) {
@@ -421,7 +383,7 @@ func TestTopSamplingAllocatesNothing(t *testing.T) {
 			if ctx.Response.StatusCode() != 200 || allocs != 0 {
 				t.Fatalf("hit: status %d, %v allocations per request, want 0", ctx.Response.StatusCode(), allocs)
 			}
-			rep := h.p.top.top(1, h.clock.Now().UnixNano())
+			rep := h.p.ops.top.Report(1, h.clock.Now().UnixNano())
 			switch {
 			case every == 0 && rep.Sampled != 0:
 				t.Fatalf("off, yet %d sampled", rep.Sampled)
@@ -450,23 +412,6 @@ func BenchmarkHitTopSample(b *testing.B) {
 	}
 }
 
-// BenchmarkTopCountMissing is the sampled path at its worst: every key new
-// to a full table, which scans it for the least counted.
-func BenchmarkTopCountMissing(b *testing.B) {
-	var tk topKeys
-	tk.init(1)
-	keys := make([]string, 4096)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=CHAINX&height=%d&protocolType=transaction&page=1&limit=20", i)
-	}
-	now := time.Now().UnixNano()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		tk.count(keys[i%len(keys)], route.TransactionList, now)
-	}
-}
-
 // TestInspectConfig: GET /config shows the configuration in force with
 // every secret redacted, its hash (the one config_hash_info carries), when
 // it was applied (config_last_reload_success_timestamp_seconds) and the
@@ -483,11 +428,11 @@ func TestInspectConfig(t *testing.T) {
 	})
 	start := h.clock.Now()
 	type configAnswer struct {
-		Hash       string          `json:"hash"`
-		Applied    string          `json:"applied"`
-		Started    string          `json:"started"`
-		LastReload *reloadOutcome  `json:"last_reload"`
-		Config     json.RawMessage `json:"config"`
+		Hash       string               `json:"hash"`
+		Applied    string               `json:"applied"`
+		Started    string               `json:"started"`
+		LastReload *admin.ReloadOutcome `json:"last_reload"`
+		Config     json.RawMessage      `json:"config"`
 	}
 	get := func() (configAnswer, string) {
 		t.Helper()
@@ -570,7 +515,7 @@ func TestInspectConfig(t *testing.T) {
 	h.p.NoteReload(nil)
 	reloaded, _ := get()
 	at := h.clock.Now().UTC().Format(time.RFC3339Nano)
-	if reloaded.Hash == got.Hash || reloaded.Applied != at || reloaded.Started != wantStart || reloaded.LastReload == nil || *reloaded.LastReload != (reloadOutcome{At: at, Result: "ok"}) {
+	if reloaded.Hash == got.Hash || reloaded.Applied != at || reloaded.Started != wantStart || reloaded.LastReload == nil || *reloaded.LastReload != (admin.ReloadOutcome{At: at, Result: "ok"}) {
 		t.Errorf("after a reload: hash %s (was %s) applied %s last %+v", reloaded.Hash, got.Hash, reloaded.Applied, reloaded.LastReload)
 	}
 	if testutil.CollectAndCount(h.m.ConfigHash) != 1 || testutil.ToFloat64(h.m.ConfigHash.WithLabelValues(reloaded.Hash)) != 1 {
@@ -593,25 +538,5 @@ func TestInspectConfig(t *testing.T) {
 	if refused.Hash != reloaded.Hash || refused.Applied != reloaded.Applied || refused.LastReload == nil ||
 		refused.LastReload.Result != "error" || refused.LastReload.Error != "restart to change listen" {
 		t.Errorf("after a refused reload: %+v", refused)
-	}
-}
-
-// BenchmarkTopSampleCall is what the hit path pays for the sampling alone:
-// the call on a key the table holds, off, at 1 in 64 and on every request.
-func BenchmarkTopSampleCall(b *testing.B) {
-	key := "/api/v5/chainx/block/block-list?chainShortName=CHAINX&page=1&limit=20"
-	for _, every := range []int{0, 64, 1} {
-		b.Run(fmt.Sprint("every=", every), func(b *testing.B) {
-			var tk topKeys
-			tk.init(every)
-			now := time.Now().UnixNano()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					tk.sample(key, route.BlockList, now)
-				}
-			})
-		})
 	}
 }

@@ -377,9 +377,9 @@ func (m *chainModel) run(steps int) {
 func waitRefreshes(t *testing.T, p *Proxy) {
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		p.bgMu.Lock()
-		n := len(p.refreshing)
-		p.bgMu.Unlock()
+		p.work.mu.Lock()
+		n := len(p.work.refreshing)
+		p.work.mu.Unlock()
 		if n == 0 {
 			return
 		}

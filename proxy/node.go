@@ -170,7 +170,7 @@ func (n *Node) collaborators(cfg config.Config, o NodeOptions) (Options, error) 
 			return Options{}, err
 		}
 		shared := n.shared
-		opts.Tier, opts.Budget = shared, shared.Budget()
+		opts.Tier, opts.Fleet, opts.Budget = shared, shared, shared.Budget()
 		opts.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
 			return shared.AccountBudget(name, rate, burst)
 		}

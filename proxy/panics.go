@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
 	"fmt"
@@ -76,4 +77,16 @@ func (p *Proxy) panicked(where string, v any) {
 		attrs = append(attrs, slog.Int64("suppressed", suppressed))
 	}
 	p.log.LogAttrs(context.Background(), slog.LevelError, "panic recovered", attrs...)
+}
+
+// recoverAdmin is recoverRequest of the admin port (admin.Options.Recover):
+// deferred itself, so recover sees the panic.
+func (p *Proxy) recoverAdmin(ctx *fasthttp.RequestCtx) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	p.panicked("admin", v)
+	admin.Error(ctx, errPanic)
+	ctx.SetConnectionClose()
 }

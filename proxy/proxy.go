@@ -22,6 +22,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/admission"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
@@ -48,40 +49,45 @@ type settings struct {
 
 // Proxy serves the six routes. Create it with New.
 type Proxy struct {
-	settings atomic.Pointer[settings]
+	settings atomic.Pointer[settings] // what a reload may change, swapped whole
 	cache    *cache.Cache
+	tier     Tier           // the shared tier, checked and judged (tier.go); nil on a single node
+	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
+	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
+	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
+	batch    *batcher       // per-hash misses, batched (batch.go)
+	work     work           // flights of misses and background refreshes
 	metrics  *metrics.Metrics
 	log      *slog.Logger
-	up       *upstream.Pool // the upstream accounts
-	flight   singleflight.Group
-	batch    *batcher
-	tier     Tier          // second cache tier and fleet coordination; nil on a single node
-	truth    *truth.Chains // heads, finalized heights, recent hashes, reorganizations (reorg.go)
-	purges   *purge.Purger // purges: applied, logged to judge answers stored after them, shared with the fleet
-	queries  sync.Pool
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
-	now      func() time.Time
-	draining atomic.Bool
-	// accessSample is the access log's sampling threshold (see access);
-	// 0 = no access log, one load and compare on the hit path.
-	accessSample atomic.Uint64
+	now func() time.Time
+	ops ops // what the operator sees: tracing, request ids, sampled logs, top keys, the configuration's record
+}
 
-	// Background work: refreshes of stale keys. refreshing holds the keys
-	// with one under way, so a stale key costs one goroutine however many
-	// requests see it stale; Close waits for bg.
-	bgMu       sync.Mutex
+// work is what the core has under way: the flights that merge identical
+// misses, the pooled queries, and the background refreshes. refreshing
+// holds the keys with a refresh under way, so a stale key costs one
+// goroutine however many requests see it stale; Close waits for bg.
+type work struct {
+	flight     singleflight.Group
+	queries    sync.Pool
+	mu         sync.Mutex // guards refreshing and closed
 	refreshing map[string]struct{}
 	closed     bool
 	bg         sync.WaitGroup
+}
 
+// ops is what the operator sees of the core beside metrics and logs.
+type ops struct {
+	tr      *tracing.Tracing  // nil: tracing off (trace.go)
+	ids     server.RequestIDs // X-Request-Id of requests that came without one
 	repeats logsample.Repeats // sampling of the lines clients can repeat
-
-	ids server.RequestIDs // X-Request-Id of requests that came without one
-
-	tr *tracing.Tracing // nil: tracing off (trace.go)
-
-	top  topKeys    // the most-asked keys, sampled (top.go)
-	conf configInfo // the configuration's hash and reloads, for GET /config (inspect.go)
+	// accessSample is the access log's sampling threshold (see access);
+	// 0 = no access log, one load and compare on the hit path.
+	accessSample atomic.Uint64
+	top          admin.Top        // the most-asked keys, sampled
+	conf         admin.ConfigInfo // the configuration's hash and reloads, for GET /config
+	draining     atomic.Bool      // /readyz says not ready
 }
 
 // Options are the collaborators of a Proxy beside its configuration.
@@ -104,8 +110,8 @@ type Options struct {
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, tr: tracing.New(o.Tracer),
-		refreshing: map[string]struct{}{}}
+	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
+		work: work{refreshing: map[string]struct{}{}}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -127,12 +133,12 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return p.clock().Sub(time.Unix(0, asked)).Seconds(), true
 	})
 	p.settings.Store(s)
-	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
-	p.top.init(cfg.Admin.TopSample)
+	p.ops.accessSample.Store(logsample.Threshold(cfg.Log.AccessSample))
+	p.ops.top.Init(cfg.Admin.TopSample)
 	p.configApplied(&cfg, true)
-	p.ids.Init()
+	p.ops.ids.Init()
 	p.up, err = upstream.NewPool(cfg.Upstream, upstream.Options{Metrics: p.metrics, Log: p.log,
-		Budget: o.Budget, AccountBudget: o.AccountBudget, Tracing: p.tr, Sample: p.sampleWarn,
+		Budget: o.Budget, AccountBudget: o.AccountBudget, Tracing: p.ops.tr, Sample: p.sampleWarn,
 		// An eighth of the cache's bytes in answers being fetched at once,
 		// and never less than one answer of the largest size.
 		InflightBytes: max(cfg.Cache.MaxBytes/8, int64(cfg.Upstream.MaxResponseBytes))})
@@ -140,7 +146,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
-	p.queries.New = func() any {
+	p.work.queries.New = func() any {
 		return &query{Params: route.Params{Key: make([]byte, 0, 256)}, scratch: make([]byte, 0, 128)}
 	}
 	if o.Fleet != nil {
@@ -189,14 +195,14 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	p.up.Reconfigure(cfg.Upstream)
 	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
-	p.accessSample.Store(sampleThreshold(cfg.Log.AccessSample))
-	p.top.setEvery(cfg.Admin.TopSample)
+	p.ops.accessSample.Store(logsample.Threshold(cfg.Log.AccessSample))
+	p.ops.top.SetEvery(cfg.Admin.TopSample)
 	p.configApplied(&cfg, false)
 	return nil
 }
 
 // SetDraining makes /readyz say not ready while the server drains.
-func (p *Proxy) SetDraining(v bool) { p.draining.Store(v) }
+func (p *Proxy) SetDraining(v bool) { p.ops.draining.Store(v) }
 
 // Ready reports whether the edge can answer: not draining, and able to
 // fetch or holding something to serve. An open breaker or an upstream
@@ -207,7 +213,7 @@ func (p *Proxy) SetDraining(v bool) { p.draining.Store(v) }
 // ready only when it refused the base_url or the credentials and nothing
 // is cached.
 func (p *Proxy) Ready() (bool, string) {
-	if p.draining.Load() {
+	if p.ops.draining.Load() {
 		return false, "draining"
 	}
 	empty := p.cache.Entries() == 0
@@ -254,7 +260,7 @@ func (p *Proxy) judgedAt(start time.Time) time.Time {
 // answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	defer p.recoverRequest(ctx, "public")
-	if p.tr != nil {
+	if p.ops.tr != nil {
 		p.handleTraced(ctx)
 		return
 	}
@@ -269,7 +275,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	if start.IsZero() {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
 	}
-	p.ids.Set(ctx)
+	p.ops.ids.Set(ctx)
 	if e := server.FramingError(&ctx.Request.Header); e != nil {
 		p.refuseFraming(ctx, start, e)
 		return nil
@@ -312,8 +318,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 		p.fail(ctx, r.ID, start, err)
 		return c
 	}
-	q := p.queries.Get().(*query)
-	defer p.queries.Put(q)
+	q := p.work.queries.Get().(*query)
+	defer p.work.queries.Put(q)
 	q.tenant = s.auth.TenantOf(c)
 	q.trace = p.requestTrace(ctx)
 	if m != nil && p.serveFresh(ctx, q, m, start) {
@@ -342,7 +348,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 	if q.trace != nil {
 		p.traceCache(q.trace, []byte(m.key), state, start)
 	}
-	p.top.sample(m.key, m.route.ID, now.UnixNano())
+	p.ops.top.Sample(m.key, m.route.ID, now.UnixNano())
 	p.writeEntry(ctx, q, e, now, statusHit)
 	p.served(ctx, m.route.ID, e, metrics.ResultHit, start)
 	return true
@@ -351,7 +357,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 // serve answers a valid request from cache or upstream.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start time.Time) {
 	now := p.judgedAt(start)
-	p.top.sampleBytes(q.Key, q.Route.ID, now.UnixNano())
+	p.ops.top.SampleBytes(q.Key, q.Route.ID, now.UnixNano())
 	e := p.cache.Get(q.Key)
 	state := e.StateAt(now.UnixNano())
 	if q.trace != nil {
@@ -494,11 +500,11 @@ type answer struct {
 // load fetches f's key through the flight: concurrent identical misses
 // share one upstream call. leader tells whether this caller's fetch ran.
 func (p *Proxy) load(s *settings, f *upstream.Request) (a *answer, leader bool, err error) {
-	ch := p.flight.DoChan(f.Key, func() (v any, err error) {
+	ch := p.work.flight.DoChan(f.Key, func() (v any, err error) {
 		defer p.recoverFlight(&err)
 		leader = true
 		var fs trace.Span
-		f.Trace, fs = p.tr.Span(f.Trace, "flight", attribute.String("cache.key", f.Key))
+		f.Trace, fs = p.ops.tr.Span(f.Trace, "flight", attribute.String("cache.key", f.Key))
 		a, err := p.fill(s, f)
 		tracing.End(fs, err)
 		return a, err
@@ -531,7 +537,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	// upstream outage has nothing of its own).
 	var shared *cache.Entry
 	if p.tier != nil {
-		_, ts := p.tr.Span(f.Trace, "shared.get")
+		_, ts := p.ops.tr.Span(f.Trace, "shared.get")
 		e := p.tier.Get(key, p.clock())
 		tracing.End(ts, nil)
 		if e != nil && p.observeEntry(f, e) > 0 {
@@ -553,7 +559,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 			g.HaveStale = true
 			f = &g
 		}
-		_, ts = p.tr.Span(f.Trace, "shared.lock")
+		_, ts = p.ops.tr.Span(f.Trace, "shared.lock")
 		unlock, e := p.tier.Lock(key, p.clock)
 		tracing.End(ts, nil)
 		defer unlock()
@@ -657,33 +663,33 @@ func (p *Proxy) refresh(s *settings, q *query) {
 // refreshed, and marks them until fn returns; it runs nothing when every
 // key is under way or the proxy is closed.
 func (p *Proxy) background(keys []string, fn func(keys []string)) {
-	p.bgMu.Lock()
-	if p.closed {
-		p.bgMu.Unlock()
+	p.work.mu.Lock()
+	if p.work.closed {
+		p.work.mu.Unlock()
 		return
 	}
 	todo := keys[:0]
 	for _, k := range keys {
-		if _, busy := p.refreshing[k]; !busy {
-			p.refreshing[k] = struct{}{}
+		if _, busy := p.work.refreshing[k]; !busy {
+			p.work.refreshing[k] = struct{}{}
 			todo = append(todo, k)
 		}
 	}
 	if len(todo) == 0 {
-		p.bgMu.Unlock()
+		p.work.mu.Unlock()
 		return
 	}
-	p.bg.Add(1)
-	p.bgMu.Unlock()
+	p.work.bg.Add(1)
+	p.work.mu.Unlock()
 	go func() {
-		defer p.bg.Done()
+		defer p.work.bg.Done()
 		defer p.recoverBackground()
 		defer func() {
-			p.bgMu.Lock()
+			p.work.mu.Lock()
 			for _, k := range todo {
-				delete(p.refreshing, k)
+				delete(p.work.refreshing, k)
 			}
-			p.bgMu.Unlock()
+			p.work.mu.Unlock()
 		}()
 		fn(todo)
 	}()
@@ -693,11 +699,11 @@ func (p *Proxy) background(keys []string, fn func(keys []string)) {
 // for those under way. Close it before the cache: a refresh still running
 // would store into a closed cache.
 func (p *Proxy) Close(ctx context.Context) error {
-	p.bgMu.Lock()
-	p.closed = true
-	p.bgMu.Unlock()
+	p.work.mu.Lock()
+	p.work.closed = true
+	p.work.mu.Unlock()
 	done := make(chan struct{})
-	go func() { p.bg.Wait(); close(done) }()
+	go func() { p.work.bg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -736,7 +742,7 @@ func (p *Proxy) NewServer(cfg config.Server) *fasthttp.Server {
 // (server.NewAdmin).
 func (p *Proxy) NewAdminServer(cfg config.Config) *fasthttp.Server {
 	return server.NewAdmin(cfg, p.AdminHandler(), func(ctx *fasthttp.RequestCtx, err error) {
-		adminError(ctx, server.UnreadableError(err, server.ErrAdminHeadersTooLarge))
+		admin.Error(ctx, server.UnreadableError(err, server.ErrAdminHeadersTooLarge))
 	}, p.connLogger())
 }
 

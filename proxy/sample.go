@@ -14,7 +14,7 @@ func (p *Proxy) sampleWarn(k logsample.Key) (ok bool, suppressed int64) {
 	if !p.log.Enabled(context.Background(), slog.LevelWarn) {
 		return false, 0
 	}
-	ok, suppressed = p.repeats.Allow(k, p.clock(), p.settings.Load().cfg.Log.RepeatInterval)
+	ok, suppressed = p.ops.repeats.Allow(k, p.clock(), p.settings.Load().cfg.Log.RepeatInterval)
 	if !ok {
 		p.metrics.LogSuppressed.Inc()
 	}

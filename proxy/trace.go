@@ -16,8 +16,8 @@ import (
 
 // handleTraced is Handle inside a request span.
 func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {
-	parent := p.tr.Prop.Extract(context.Background(), tracing.HeaderCarrier{H: &ctx.Request.Header})
-	tc, span := p.tr.Tracer.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer))
+	parent := p.ops.tr.Prop.Extract(context.Background(), tracing.HeaderCarrier{H: &ctx.Request.Header})
+	tc, span := p.ops.tr.Tracer.Start(parent, "request", trace.WithSpanKind(trace.SpanKindServer))
 	if !span.IsRecording() { // not sampled: no span below it either
 		if c := p.handle(ctx); c != nil && c.Policy != nil {
 			admission.RateLimitHeaders(ctx, c)
@@ -40,7 +40,7 @@ func (p *Proxy) handleTraced(ctx *fasthttp.RequestCtx) {
 
 // requestTrace is the request's span context, nil when tracing is off.
 func (p *Proxy) requestTrace(ctx *fasthttp.RequestCtx) context.Context {
-	if p.tr == nil {
+	if p.ops.tr == nil {
 		return nil
 	}
 	tc, _ := ctx.UserValue(tracing.Key).(context.Context)
@@ -52,7 +52,7 @@ func (p *Proxy) traceCache(tc context.Context, key []byte, state cache.State, st
 	if tc == nil {
 		return
 	}
-	_, span := p.tr.Tracer.Start(tc, "cache", trace.WithTimestamp(start),
+	_, span := p.ops.tr.Tracer.Start(tc, "cache", trace.WithTimestamp(start),
 		trace.WithAttributes(attribute.String("cache.key", string(key)), attribute.String("cache.state", state.String())))
 	span.End()
 }

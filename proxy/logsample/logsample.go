@@ -4,6 +4,7 @@
 package logsample
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -53,4 +54,16 @@ func (r *Repeats) Allow(k Key, now time.Time, interval time.Duration) (ok bool, 
 	}
 	r.keys[k] = repeatState{next: t + int64(interval)}
 	return true, st.suppressed
+}
+
+// Threshold turns a sampled fraction (0..1: log.access_sample, one in
+// admin.top_sample) into the threshold a random uint64 is compared with.
+func Threshold(fraction float64) uint64 {
+	switch {
+	case fraction <= 0:
+		return 0
+	case fraction >= 1:
+		return math.MaxUint64
+	}
+	return uint64(fraction * (1 << 64))
 }

@@ -1,7 +1,8 @@
-package proxy
+package admin
 
 import (
 	"bytes"
+	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
 	"math"
 	"math/rand/v2"
@@ -35,7 +36,9 @@ const (
 	topMinute   = int64(time.Minute)
 )
 
-type topKeys struct {
+// Top is the table of the most-asked keys; the zero value is off until
+// Init.
+type Top struct {
 	// threshold is the sampling threshold a random uint64 is compared
 	// with (sampleThreshold of 1/admin.top_sample); 0 = off.
 	threshold atomic.Uint64
@@ -56,17 +59,19 @@ type topSlot struct {
 	err   uint64
 }
 
-func (t *topKeys) init(every int) {
+// Init turns sampling on for one request in every.
+func (t *Top) Init(every int) {
 	arena := make([]byte, topSlots*topKeyBytes)
 	for i := range t.slots {
 		t.slots[i].key = arena[i*topKeyBytes : i*topKeyBytes : (i+1)*topKeyBytes]
 	}
-	t.setEvery(every)
+	t.SetEvery(every)
 }
 
 // setEvery applies admin.top_sample: count 1 request in every (0: none).
 // A new rate starts the table over: counts taken at two rates do not add.
-func (t *topKeys) setEvery(every int) {
+// SetEvery changes the sampling (a reload).
+func (t *Top) SetEvery(every int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if every == t.every {
@@ -77,11 +82,12 @@ func (t *topKeys) setEvery(every int) {
 		t.threshold.Store(0)
 		return
 	}
-	t.threshold.Store(sampleThreshold(1 / float64(every)))
+	t.threshold.Store(logsample.Threshold(1 / float64(every)))
 }
 
 // sample counts key, asked at now (unix ns), in one request of every.
-func (t *topKeys) sample(key string, r route.ID, now int64) {
+// Sample counts key, of route r, when the request is sampled.
+func (t *Top) Sample(key string, r route.ID, now int64) {
 	if th := t.threshold.Load(); th == 0 || rand.Uint64() > th {
 		return
 	}
@@ -89,14 +95,15 @@ func (t *topKeys) sample(key string, r route.ID, now int64) {
 }
 
 // sampleBytes is sample of a key held in a reused buffer (copied if kept).
-func (t *topKeys) sampleBytes(key []byte, r route.ID, now int64) {
+// SampleBytes is Sample of a key in bytes.
+func (t *Top) SampleBytes(key []byte, r route.ID, now int64) {
 	if th := t.threshold.Load(); th == 0 || rand.Uint64() > th {
 		return
 	}
 	t.count(unsafe.String(unsafe.SliceData(key), len(key)), r, now)
 }
 
-func (t *topKeys) count(key string, r route.ID, now int64) {
+func (t *Top) count(key string, r route.ID, now int64) {
 	d := xxhash.Sum64String(key)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -130,7 +137,7 @@ func (t *topKeys) count(key string, r route.ID, now int64) {
 // decay halves the counts once per minute passed since the last call, and
 // frees the slots whose counts reach 0. A clock that goes back changes
 // nothing.
-func (t *topKeys) decay(now int64) {
+func (t *Top) decay(now int64) {
 	m := now / topMinute
 	if m <= t.minute {
 		return
@@ -157,8 +164,8 @@ func (t *topKeys) decay(now int64) {
 	}
 }
 
-// topKey is one row of GET /cache/top.
-type topKey struct {
+// TopKey is one row of GET /cache/top.
+type TopKey struct {
 	Key   string `json:"key"`
 	Route string `json:"route"`
 	// Requests is the estimate: sampled count x admin.top_sample, halved
@@ -170,21 +177,23 @@ type topKey struct {
 }
 
 // topReport is the answer of GET /cache/top.
-type topReport struct {
+// Report is the answer of GET /cache/top.
+type Report struct {
 	Every    int      `json:"sample_every"` // admin.top_sample; 0: off
 	Sampled  uint64   `json:"sampled"`      // sampled requests in the table, halved each minute
 	Requests uint64   `json:"requests"`     // the estimate of all requests: sampled x sample_every
 	Slots    int      `json:"slots"`
-	Keys     []topKey `json:"keys"`
+	Keys     []TopKey `json:"keys"`
 }
 
 // top is the n most counted keys at now, most counted first.
-func (t *topKeys) top(n int, now int64) topReport {
+// Report is the n most-asked keys at now.
+func (t *Top) Report(n int, now int64) Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.decay(now)
 	every := uint64(max(t.every, 0))
-	rep := topReport{Every: t.every, Sampled: t.total, Requests: t.total * every, Slots: topSlots, Keys: []topKey{}}
+	rep := Report{Every: t.every, Sampled: t.total, Requests: t.total * every, Slots: topSlots, Keys: []TopKey{}}
 	idx := make([]int, t.n)
 	for i := range idx {
 		idx[i] = i
@@ -211,7 +220,7 @@ func (t *topKeys) top(n int, now int64) topReport {
 		if t.total > 0 {
 			share = math.Round(float64(s.count)/float64(t.total)*1e4) / 1e4
 		}
-		rep.Keys = append(rep.Keys, topKey{Key: string(s.key), Route: s.route.String(),
+		rep.Keys = append(rep.Keys, TopKey{Key: string(s.key), Route: s.route.String(),
 			Requests: s.count * every, MaxOver: s.err * every, Share: share})
 	}
 	return rep

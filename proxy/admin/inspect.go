@@ -1,0 +1,125 @@
+package admin
+
+import (
+	"explorer-edge/config"
+	"sync"
+	"time"
+)
+
+// Inspected is the answer of GET /cache.
+type Inspected struct {
+	URL   string `json:"url"` // as given
+	Key   string `json:"key"` // normalized: the cache key and upstream target
+	Route string `json:"route"`
+	Chain string `json:"chain"`
+	At    string `json:"at"` // the time the entry was judged at
+	KeyState
+	// Parts are a per-hash route's hashes, each its own entry, in the
+	// order asked: the answer is assembled from them.
+	Parts []Part `json:"parts,omitempty"`
+}
+
+// KeyState is what the edge holds under one key.
+type KeyState struct {
+	State      string     `json:"state"`      // miss, fresh, stale, expired (cache.State)
+	Refreshing bool       `json:"refreshing"` // a background refresh of the key is under way
+	Entry      *EntryInfo `json:"entry"`      // null: nothing held
+}
+
+type Part struct {
+	Hash string `json:"hash"`
+	Key  string `json:"key"`
+	KeyState
+	Fetching bool `json:"fetching"` // in a batch call under way
+}
+
+type EntryInfo struct {
+	Class  string `json:"class"`            // head, final, volatile, negative
+	Status int    `json:"status,omitempty"` // a cached refusal's HTTP status
+	Source string `json:"source"`           // upstream, shared, assembled (cache.Source)
+	Stored string `json:"stored"`           // when the upstream answered (RFC 3339)
+	Fresh  string `json:"fresh_until"`
+	// The ends of the stale windows: served while one refresh runs,
+	// served only when the upstream fails.
+	StaleWhileRevalidate string  `json:"stale_while_revalidate_until"`
+	StaleIfError         string  `json:"stale_if_error_until"`
+	Age                  float64 `json:"age_seconds"`
+	TTL                  float64 `json:"ttl_seconds"` // left fresh; negative once stale
+	// SizeStored is the answer's bytes as held (gzip when smaller),
+	// SizeIdentity its bytes as JSON, Cost what the cache counts for it.
+	SizeStored   int     `json:"size_stored"`
+	SizeIdentity int     `json:"size_identity"`
+	Gzip         bool    `json:"gzip"`
+	Cost         int64   `json:"cost_bytes"`
+	ETag         string  `json:"etag"`
+	Tags         TagInfo `json:"tags"`
+}
+
+type TagInfo struct {
+	Route   string   `json:"route"` // "per-hash" for a hash's entry; "" untagged
+	Chain   string   `json:"chain"`
+	Heights *Heights `json:"heights"` // null: no block height in the answer
+	Hashes  int      `json:"hashes"`  // hashes the key asks for
+}
+
+type Heights struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"` // inclusive
+}
+
+// ConfigInfo is what GET /config tells beside the configuration: its hash,
+// when it was applied, and the last reload's outcome.
+type ConfigInfo struct {
+	mu      sync.Mutex
+	hash    string
+	started time.Time
+	applied time.Time // at start, or by the last reload applied
+	last    *ReloadOutcome
+}
+
+type ReloadOutcome struct {
+	At     string `json:"at"`
+	Result string `json:"result"`          // ok, error (config_reloads_total's)
+	Error  string `json:"error,omitempty"` // why it was refused, secrets redacted
+}
+
+// Applied records a configuration of hash in force from now (at start
+// when start).
+func (c *ConfigInfo) Applied(hash string, now time.Time, start bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hash, c.applied = hash, now
+	if start {
+		c.started = now
+	}
+}
+
+// Noted records the outcome of a reload at now: nil when it was applied,
+// else why it was refused (redacted by the caller).
+func (c *ConfigInfo) Noted(err error, now time.Time) {
+	o := &ReloadOutcome{At: now.UTC().Format(time.RFC3339Nano), Result: "ok"}
+	if err != nil {
+		o.Result, o.Error = "error", config.Redact(err.Error())
+	}
+	c.mu.Lock()
+	c.last = o
+	c.mu.Unlock()
+}
+
+// report is GET /config's answer for cfg, the configuration in force.
+func (c *ConfigInfo) report(cfg map[string]any) any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return struct {
+		Hash       string         `json:"hash"`
+		HashOf     string         `json:"hash_of"`
+		Started    string         `json:"started"`
+		Applied    string         `json:"applied"`
+		LastReload *ReloadOutcome `json:"last_reload"` // null: none since the start
+		Config     map[string]any `json:"config"`
+	}{
+		Hash: c.hash, HashOf: "sha256 of config as canonical JSON (keys sorted, secrets redacted)",
+		Started: c.started.UTC().Format(time.RFC3339Nano), Applied: c.applied.UTC().Format(time.RFC3339Nano),
+		LastReload: c.last, Config: cfg,
+	}
+}
