@@ -94,7 +94,8 @@ type Options struct {
 	Logger  *slog.Logger
 	Metrics Metrics
 
-	now func() time.Time // the writer's clock; nil: time.Now (tests set it)
+	now  func() time.Time // the writer's clock; nil: time.Now (tests set it)
+	fail func() error     // tests: fails a write transaction when it returns an error
 }
 
 // Metrics are hooks the store calls as things happen; Stats is read at
@@ -133,6 +134,8 @@ type Store struct {
 	log        *slog.Logger
 	metrics    Metrics
 	now        func() time.Time
+	fail       func() error
+	started    bool // the writer runs: a corrupt file now stops the store
 
 	queue   chan *cache.Entry
 	bad     chan string // keys Get found corrupt or past their lifetime
@@ -147,6 +150,10 @@ type Store struct {
 	wmu     sync.Mutex
 	failing bool
 	retryAt time.Time
+	// limit is the bound eviction keeps to: MaxBytes, lowered below what
+	// the file held when a write failed (the disk is smaller than
+	// MaxBytes, or shared and full).
+	limit int64
 	// pending are the matches of Deletes whose commit failed: Get hides
 	// what they select until a commit removes it.
 	pending atomic.Pointer[[]func(*cache.Entry) bool]
@@ -181,12 +188,14 @@ func Open(o Options) (*Store, error) {
 	s := &Store{
 		path:       filepath.Join(o.Dir, fileName),
 		maxBytes:   o.MaxBytes,
+		limit:      o.MaxBytes,
 		batchLen:   cmp(o.BatchLen, 128),
 		batchDelay: cmp(o.BatchDelay, 5*time.Millisecond),
 		retryAfter: cmp(o.RetryAfter, time.Minute),
 		log:        o.Logger,
 		metrics:    o.Metrics,
 		now:        o.now,
+		fail:       o.fail,
 		queue:      make(chan *cache.Entry, cmp(o.QueueLen, 1024)),
 		bad:        make(chan string, 64),
 		flushes:    make(chan chan struct{}),
@@ -205,23 +214,22 @@ func Open(o Options) (*Store, error) {
 		os.Remove(s.path)
 		os.Remove(mark)
 	}
-	db, err := s.open()
+	err := s.openFile()
 	if isCorrupt(err) {
 		s.log.Warn("disk cache: the file is corrupt; starting empty", "path", s.path, "err", err)
+		os.Remove(mark)
 		if err := os.Remove(s.path); err != nil {
 			return nil, fmt.Errorf("disk cache: %w", err)
 		}
-		db, err = s.open()
+		s.failing, s.limit = false, s.maxBytes
+		s.writeErrors.Store(0)
+		s.corrupt.Store(0)
+		err = s.openFile()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("disk cache: open %s: %w", s.path, err)
 	}
-	s.db = db
-	s.pageSize = int64(db.Info().PageSize)
-	if err := s.load(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("disk cache: open %s: %w", s.path, err)
-	}
+	s.started = true
 	go s.run()
 	return s, nil
 }
@@ -260,6 +268,21 @@ var errPanicked = errors.New("corrupt file structure")
 func isCorrupt(err error) bool {
 	return errors.Is(err, errPanicked) || errors.Is(err, bolterrors.ErrInvalid) ||
 		errors.Is(err, bolterrors.ErrChecksum) || errors.Is(err, bolterrors.ErrVersionMismatch)
+}
+
+// openFile opens the file and reads its totals.
+func (s *Store) openFile() error {
+	db, err := s.open()
+	if err != nil {
+		return err
+	}
+	s.db = db
+	s.pageSize = int64(db.Info().PageSize)
+	if err := s.load(); err != nil {
+		db.Close()
+		return err
+	}
+	return nil
 }
 
 // open opens the file with bbolt. A corrupt file can make bbolt panic (it
@@ -367,13 +390,16 @@ func (s *Store) read(key string) (rec []byte) {
 }
 
 // guard runs fn, turning a panic or a memory fault of bbolt reading a
-// corrupt file into errPanicked, after which the store stops.
+// corrupt file into errPanicked, after which the store stops (Open, which
+// starts an empty file instead, has not started it yet).
 func (s *Store) guard(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", errPanicked, r)
-			s.stop(err)
+			if s.started {
+				s.stop(err)
+			}
 		}
 	}()
 	return fn()
@@ -446,7 +472,7 @@ func (s *Store) Delete(match func(*cache.Entry) bool) int {
 		return 0
 	}
 	var n int
-	err := s.update(func(w *txn) error {
+	err := s.commit(func(w *txn) error {
 		n = w.deleteMatching(match)
 		return nil
 	})
@@ -458,7 +484,26 @@ func (s *Store) Delete(match func(*cache.Entry) bool) int {
 		}
 		list = append(list, match)
 		s.pending.Store(&list)
+		n = s.matching(match)
 	}
+	return n
+}
+
+// matching counts the entries match selects, for a Delete that could not
+// commit.
+func (s *Store) matching(match func(*cache.Entry) bool) int {
+	n := 0
+	s.guard(func() error {
+		return s.db.View(func(tx *bbolt.Tx) error {
+			var e cache.Entry
+			return tx.Bucket(bucketIndex).ForEach(func(_, v []byte) error {
+				if _, err := decodeIndex(v, &e); err == nil && match(&e) {
+					n++
+				}
+				return nil
+			})
+		})
+	})
 	return n
 }
 

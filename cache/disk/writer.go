@@ -91,10 +91,14 @@ func (s *Store) write(batch []*cache.Entry, bad []string) {
 		s.drops.Add(int64(len(batch)))
 		return
 	}
+	if s.failing && s.relieve() != nil {
+		s.drops.Add(int64(len(batch)))
+		return
+	}
 	for len(batch) > 0 || len(bad) > 0 {
 		part := batch[:min(len(batch), s.batchLen)]
 		batch = batch[len(part):]
-		err := s.update(func(w *txn) error {
+		err := s.commit(func(w *txn) error {
 			for _, k := range bad {
 				w.recheck(k)
 			}
@@ -113,18 +117,60 @@ func (s *Store) write(batch []*cache.Entry, bad []string) {
 	}
 }
 
+// relieve is the first commit tried after a failure: eviction alone, down
+// to the lowered limit, so that the batch after it has the pages freed.
+// (bbolt reuses the pages a transaction frees only once it has committed,
+// and a value needs pages in a row: evicting in the batch's own
+// transaction makes no room.) If the batch fails still, the limit is
+// lowered again: the store settles below what the disk can hold.
+func (s *Store) relieve() error {
+	err := s.update(func(*txn) error { return nil })
+	if err != nil {
+		s.writeErrors.Add(1)
+		s.retryAt = s.now().Add(s.retryAfter)
+	}
+	return err
+}
+
+// commit runs one write transaction (update) and keeps the state of
+// writes: a failure stops them for RetryAfter, lowers the limit to nine
+// tenths of what is held (the disk may be smaller than MaxBytes, or shared
+// and full) and logs once, until a commit succeeds again.
+func (s *Store) commit(fn func(w *txn) error) error {
+	err := s.update(fn)
+	if err == nil {
+		if s.failing {
+			s.failing = false
+			s.log.Info("disk cache: writes resumed", "path", s.path, "max_bytes_now", s.limit)
+		}
+		return nil
+	}
+	s.writeErrors.Add(1)
+	s.limit = min(s.limit, s.bytes.Load()/10*9)
+	if !s.failing && !errors.Is(err, errPanicked) {
+		s.log.Error("disk cache: write failed; writes stop, reads go on", "path", s.path,
+			"retry_after", s.retryAfter, "max_bytes_now", s.limit, "err", err)
+	}
+	s.failing = true
+	s.retryAt = s.now().Add(s.retryAfter)
+	return err
+}
+
 // update runs one write transaction; wmu is held. Before fn it removes
 // what the matches of failed Deletes select; after, it removes entries
-// past their lifetime and evicts down to MaxBytes, so the bound holds at
-// every commit. The counters change once the transaction commits. A failed
-// commit stops writes for RetryAfter and logs once, until one succeeds.
+// past their lifetime and evicts down to the limit, so the bound holds at
+// every commit. The counters change once the transaction commits.
 func (s *Store) update(fn func(w *txn) error) error {
-	now := s.now()
-	w := &txn{s: s, now: now.UnixNano(), bytes: s.bytes.Load(), entries: s.entries.Load()}
+	w := &txn{s: s, now: s.now().UnixNano(), bytes: s.bytes.Load(), entries: s.entries.Load()}
 	pending := s.pending.Load()
 	err := s.guard(func() error {
 		return s.db.Update(func(tx *bbolt.Tx) error {
 			w.tx, w.e, w.o = tx, tx.Bucket(bucketEntries), tx.Bucket(bucketIndex)
+			if s.fail != nil {
+				if err := s.fail(); err != nil {
+					return err
+				}
+			}
 			if pending != nil {
 				for _, match := range *pending {
 					w.deleteMatching(match)
@@ -142,17 +188,7 @@ func (s *Store) update(fn func(w *txn) error) error {
 		})
 	})
 	if err != nil {
-		s.writeErrors.Add(1)
-		if !s.failing && !errors.Is(err, errPanicked) {
-			s.log.Error("disk cache: write failed; writes stop, reads go on", "path", s.path, "retry_after", s.retryAfter, "err", err)
-		}
-		s.failing = true
-		s.retryAt = now.Add(s.retryAfter)
 		return err
-	}
-	if s.failing {
-		s.failing = false
-		s.log.Info("disk cache: writes resumed", "path", s.path)
 	}
 	if pending != nil {
 		s.pending.Store(nil) // only Delete adds to it, under wmu
@@ -324,9 +360,10 @@ func (w *txn) sweep() {
 	}
 }
 
-// evict removes the oldest entries until the totals are within MaxBytes.
+// evict removes the oldest entries until the totals are within the limit
+// (MaxBytes unless a write failed).
 func (w *txn) evict() {
-	for w.bytes > w.s.maxBytes {
+	for w.bytes > w.s.limit {
 		k, v := w.o.Cursor().First()
 		if k == nil {
 			w.bytes, w.entries = 0, 0 // nothing is left to count
