@@ -19,12 +19,12 @@ const noResult = -1
 
 // access writes the access log line of a sampled request. With sampling off
 // it is one atomic load and a comparison: the hit path stays allocation-free.
-func (p *Proxy) access(ctx *fasthttp.RequestCtx, id route.ID, result int, code string, start time.Time) {
-	p.account(ctx, result)
+func (p *Proxy) access(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
+	p.account(ctx, s, result)
 	if t := p.ops.accessSample.Load(); t == 0 || rand.Uint64() > t {
 		return
 	}
-	p.logAccess(ctx, id, result, code, start)
+	p.logAccess(ctx, s, id, result, code, start)
 }
 
 // logAccess names what the edge decided, never what the client sent: no
@@ -34,7 +34,7 @@ func (p *Proxy) access(ctx *fasthttp.RequestCtx, id route.ID, result int, code s
 // answer's X-Request-Id, the client's own or the edge's. log.access_fields
 // adds the method, the normalized question (the cache key: only the
 // route's parameters, canonical), the body's bytes and the upstream time.
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id route.ID, result int, code string, start time.Time) {
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
@@ -42,7 +42,6 @@ func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, id route.ID, result int, cod
 	if result != noResult {
 		cache = metrics.ResultName(result)
 	}
-	s := p.settings.Load()
 	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
 		slog.String("route", id.String()),
@@ -115,8 +114,8 @@ func bodyBytes(ctx *fasthttp.RequestCtx) int {
 
 // account counts an answered request on its client's series (see
 // admission.Rules.Payer).
-func (p *Proxy) account(ctx *fasthttp.RequestCtx, result int) {
-	t := p.settings.Load().auth.Payer(ctx)
+func (p *Proxy) account(ctx *fasthttp.RequestCtx, s *settings, result int) {
+	t := s.auth.Payer(ctx)
 	if t == nil {
 		return
 	}

@@ -58,10 +58,11 @@ func (p *Proxy) purgeBody(body []byte, caller string) (purge.Result, *envelope.E
 }
 
 // inflight bounds how long an answer can be on its way from the upstream
-// to the cache: all attempts of a call (upstream.retry_max_time), the wait
-// for a token (budget_wait) and one more attempt's timeout, plus a second.
-func (p *Proxy) inflight() time.Duration {
-	u := p.settings.Load().cfg.Upstream
+// to the cache under s: all attempts of a call (upstream.retry_max_time),
+// the wait for a token (budget_wait) and one more attempt's timeout, plus
+// a second.
+func (s *settings) inflight() time.Duration {
+	u := s.cfg.Upstream
 	return u.RetryMaxTime + u.BudgetWait + u.Timeout + time.Second
 }
 

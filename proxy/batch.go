@@ -67,7 +67,7 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 // windows, and it stands in for a failure.
 func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
 	chain := string(q.Chain)
-	parts := p.lookupParts(q, now)
+	parts := p.lookupParts(s, q, now)
 	p.refreshParts(s, chain, parts.stale, q.tenant)
 	t0 := time.Now()
 	err := parts.fetch(p, s, chain)
@@ -83,19 +83,19 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 		return
 	}
 	if err != nil && !parts.standIn(err, now.UnixNano()) {
-		p.staleOrFail(ctx, q, whole, err, start, now)
+		p.staleOrFail(ctx, s, q, whole, err, start, now)
 		return
 	}
 	result, st := parts.status(err)
 	assembled, body := assemble(string(q.Key), parts.items)
 	if assembled.Fresh > now.UnixNano() && err == nil {
 		assembled.Tags = purge.Of(assembled, body, s.chains)
-		p.keep(assembled, now)
+		p.keep(s, assembled, now)
 	} else if st == statusPartial || st == statusMiss {
 		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
 	}
-	p.writeEntry(ctx, q, assembled, now, st)
-	p.done(ctx, q.Route.ID, result, start)
+	p.writeEntry(ctx, s, q, assembled, now, st)
+	p.answered(ctx, s, q.Route.ID, result, "0", start)
 }
 
 // batchParts is what the item cache and the shared tier hold of one
@@ -112,7 +112,7 @@ type batchParts struct {
 
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
 // shared tier in one round trip.
-func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
+func (p *Proxy) lookupParts(s *settings, q *query, now time.Time) *batchParts {
 	chain := string(q.Chain)
 	b := &batchParts{hashes: make([]string, q.NHashes), items: make([]*cache.Entry, q.NHashes), tenant: q.tenant}
 	var shared []string // keys of the hashes not in Ristretto
@@ -125,9 +125,9 @@ func (p *Proxy) lookupParts(q *query, now time.Time) *batchParts {
 		}
 	}
 	if len(shared) > 0 {
-		for j, e := range p.tier.GetMany(shared, now) {
+		for j, e := range p.shared(s).GetMany(shared, now) {
 			if e != nil {
-				p.keep(e, now)
+				p.keep(s, e, now)
 				b.items[sharedIdx[j]] = e
 				b.fromShared++
 			}
@@ -406,9 +406,9 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 			route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 		e.Source = cache.SourceUpstream
 		e.Tags = purge.Of(e, recs, s.chains)
-		p.keep(e, now)
+		p.keep(s, e, now)
 		if p.tier != nil {
-			p.tier.Set(e, now)
+			p.shared(s).Set(e, now)
 		}
 		finish(i, recs, e, nil)
 	}

@@ -43,7 +43,7 @@ func TestFailureLogIsSampled(t *testing.T) {
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 4000}, nil)
 	fail := func(id route.ID, e *envelope.Error) {
-		h.p.fail(&ctx, id, time.Now(), e.With(errors.New("upstream answered 500"), 0))
+		h.p.fail(&ctx, h.p.settings.Load(), id, time.Now(), e.With(errors.New("upstream answered 500"), 0))
 	}
 	for range answers {
 		fail(route.BlockList, envelope.ErrBadGateway) // the test clock stands still: one second

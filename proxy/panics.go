@@ -35,7 +35,7 @@ func (p *Proxy) recoverRequest(ctx *fasthttp.RequestCtx, where string) {
 		return
 	}
 	p.panicked(where, v)
-	p.writeError(ctx, errPanic)
+	p.writeError(ctx, p.settings.Load(), errPanic)
 	ctx.SetConnectionClose()
 }
 

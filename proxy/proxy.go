@@ -51,7 +51,7 @@ type settings struct {
 type Proxy struct {
 	settings atomic.Pointer[settings] // what a reload may change, swapped whole
 	cache    *cache.Cache
-	tier     Tier           // the shared tier, checked and judged (tier.go); nil on a single node
+	tier     Tier           // the shared tier, asked through shared (tier.go); nil on a single node
 	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
 	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
@@ -120,9 +120,9 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p.purges = purge.New(p.cache, purge.Options{Metrics: p.metrics, Logger: p.log, Clock: p.clock, Sample: p.sampleWarn,
-		Chains: s.chains, InFlight: p.inflight, Retain: p.retain})
+		Chains: s.chains, InFlight: func() time.Duration { return p.settings.Load().inflight() }, Retain: p.retain})
 	if o.Tier != nil {
-		p.tier = sharedTier{Tier: o.Tier, p: p}
+		p.tier = o.Tier
 	}
 	p.truth = truth.New(s.chains)
 	p.metrics.HeadAges(s.chains, func(chain string) (float64, bool) {
@@ -276,18 +276,18 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 		start = time.Now() // a RequestCtx not from a server (benchmarks)
 	}
 	p.ops.ids.Set(ctx)
+	s := p.settings.Load() // the one load of this request's settings
 	if e := server.FramingError(&ctx.Request.Header); e != nil {
-		p.refuseFraming(ctx, start, e)
+		p.refuseFraming(ctx, s, start, e)
 		return nil
 	}
-	s := p.settings.Load()
 	uri := ctx.Request.Header.RequestURI()
 	m := s.memo.lookup(uri)
 	var r *route.Route
 	if m != nil {
 		r = m.route
 	} else if r = route.ByPath(ctx.Path()); r == nil {
-		p.fail(ctx, route.Unknown, start, envelope.ErrNotFound)
+		p.fail(ctx, s, route.Unknown, start, envelope.ErrNotFound)
 		return nil
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
@@ -295,7 +295,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 		// per-IP limit like any request.
 		if s.cors != nil && ctx.IsOptions() {
 			if err := s.auth.AdmitIP(ctx, start); err != nil {
-				p.fail(ctx, r.ID, start, err)
+				p.fail(ctx, s, r.ID, start, err)
 				return nil
 			}
 			if s.cors.Preflight(ctx) {
@@ -303,11 +303,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 				return nil
 			}
 		}
-		p.fail(ctx, r.ID, start, envelope.ErrMethod)
+		p.fail(ctx, s, r.ID, start, envelope.ErrMethod)
 		return nil
 	}
 	if len(uri) > s.cfg.Server.MaxURLBytes {
-		p.fail(ctx, r.ID, start, envelope.ErrURL)
+		p.fail(ctx, s, r.ID, start, envelope.ErrURL)
 		return nil
 	}
 	// Auth comes before the cache: a cached answer is never given to a
@@ -315,18 +315,18 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	c, err := s.auth.Admit(ctx, start)
 	s.auth.SetVerified(ctx, c)
 	if err != nil {
-		p.fail(ctx, r.ID, start, err)
+		p.fail(ctx, s, r.ID, start, err)
 		return c
 	}
 	q := p.work.queries.Get().(*query)
 	defer p.work.queries.Put(q)
 	q.tenant = s.auth.TenantOf(c)
 	q.trace = p.requestTrace(ctx)
-	if m != nil && p.serveFresh(ctx, q, m, start) {
+	if m != nil && p.serveFresh(ctx, s, q, m, start) {
 		return c
 	}
 	if err := q.Parse(r, ctx.QueryArgs(), s.chains); err != nil {
-		p.fail(ctx, r.ID, start, err)
+		p.fail(ctx, s, r.ID, start, err)
 		return c
 	}
 	if m == nil {
@@ -338,7 +338,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 
 // serveFresh answers a remembered URI when its entry is fresh. Anything else
 // (stale, missing) takes the whole path.
-func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, start time.Time) bool {
+func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, s *settings, q *query, m *memoEntry, start time.Time) bool {
 	now := p.judgedAt(start)
 	e := p.cache.GetString(m.key)
 	state := e.StateAt(now.UnixNano())
@@ -349,8 +349,8 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, q *query, m *memoEntry, sta
 		p.traceCache(q.trace, []byte(m.key), state, start)
 	}
 	p.ops.top.Sample(m.key, m.route.ID, now.UnixNano())
-	p.writeEntry(ctx, q, e, now, statusHit)
-	p.served(ctx, m.route.ID, e, metrics.ResultHit, start)
+	p.writeEntry(ctx, s, q, e, now, statusHit)
+	p.answered(ctx, s, m.route.ID, metrics.ResultHit, entryCode(e), start)
 	return true
 }
 
@@ -365,12 +365,12 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	}
 	switch state {
 	case cache.Fresh:
-		p.writeEntry(ctx, q, e, now, statusHit)
-		p.served(ctx, q.Route.ID, e, metrics.ResultHit, start)
+		p.writeEntry(ctx, s, q, e, now, statusHit)
+		p.answered(ctx, s, q.Route.ID, metrics.ResultHit, entryCode(e), start)
 		return
 	case cache.Stale:
-		p.writeEntry(ctx, q, e, now, statusStaleRevalidate)
-		p.done(ctx, q.Route.ID, metrics.ResultStale, start)
+		p.writeEntry(ctx, s, q, e, now, statusStaleRevalidate)
+		p.answered(ctx, s, q.Route.ID, metrics.ResultStale, "0", start)
 		p.refresh(s, q)
 		return
 	}
@@ -394,7 +394,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		old = a.stale
 	}
 	if err != nil {
-		p.staleOrFail(ctx, q, old, err, start, now)
+		p.staleOrFail(ctx, s, q, old, err, start, now)
 		return
 	}
 	result := metrics.ResultMiss
@@ -417,16 +417,16 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	if a.behind && old != nil {
 		// The head never goes back: the copy at hand, older in age but
 		// newer in blocks, stands in.
-		p.writeEntry(ctx, q, old, now, statusStaleBehind)
-		p.done(ctx, id, metrics.ResultStaleError, start)
+		p.writeEntry(ctx, s, q, old, now, statusStaleBehind)
+		p.answered(ctx, s, id, metrics.ResultStaleError, "0", start)
 		return
 	}
 	if a.entry != nil {
 		if !a.stored && st == statusMiss {
 			st = statusMissNotStored
 		}
-		p.writeEntry(ctx, q, a.entry, now, st)
-		p.served(ctx, id, a.entry, result, start)
+		p.writeEntry(ctx, s, q, a.entry, now, st)
+		p.answered(ctx, s, id, result, entryCode(a.entry), start)
 		return
 	}
 	// An upstream envelope with a code other than "0" that does not refuse
@@ -435,8 +435,8 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	// copy within stale_if_error stands in for it. Otherwise it is passed
 	// through as it came.
 	if envelope.UpstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
-		p.writeEntry(ctx, q, old, now, statusStaleEnvelope)
-		p.done(ctx, id, metrics.ResultStaleError, start)
+		p.writeEntry(ctx, s, q, old, now, statusStaleEnvelope)
+		p.answered(ctx, s, id, metrics.ResultStaleError, "0", start)
 		return
 	}
 	ctx.SetStatusCode(a.status)
@@ -444,32 +444,46 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	ctx.Response.Header.SetCanonical(hdrCacheControl, ccNoStore)
 	ctx.Response.Header.SetCanonical(hdrCacheStatus, csMissUncacheable)
 	ctx.Response.SetBodyRaw(a.body)
-	p.corsHeaders(ctx)
+	p.corsHeaders(ctx, s)
 	p.metrics.CacheResult(int(id), result)
 	p.metrics.Request(int(id), p.metrics.CodeIndex(a.code), time.Since(start).Seconds())
-	p.access(ctx, id, result, a.code, start)
+	p.access(ctx, s, id, result, a.code, start)
 }
 
 // staleOrFail answers a failure: with old when it may stand in for it at
 // now (within stale_if_error, and the failure is the upstream's, not its
 // answer to the question), else with the error. It is the one place this
 // is decided, for whole-key and per-hash routes.
-func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, q *query, old *cache.Entry, err error, start, now time.Time) {
+func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, err error, start, now time.Time) {
 	var e *envelope.Error
 	answered := errors.As(err, &e) && e.Answered
 	if !answered && old.UsableOnError(now.UnixNano()) {
-		p.writeEntry(ctx, q, old, now, staleErrorStatus(err))
-		p.done(ctx, q.Route.ID, metrics.ResultStaleError, start)
+		p.writeEntry(ctx, s, q, old, now, staleErrorStatus(err))
+		p.answered(ctx, s, q.Route.ID, metrics.ResultStaleError, "0", start)
 		return
 	}
-	p.fail(ctx, q.Route.ID, start, err)
+	p.fail(ctx, s, q.Route.ID, start, err)
 }
 
-// done records a request answered with an envelope of code "0".
-func (p *Proxy) done(ctx *fasthttp.RequestCtx, id route.ID, result int, start time.Time) {
-	p.metrics.CacheResult(int(id), result)
-	p.metrics.Request(int(id), 0, time.Since(start).Seconds())
-	p.access(ctx, id, result, "0", start)
+// answered records a request answered with an envelope of code ("0":
+// a success) as the cache result result (noResult: refused before the
+// cache): its metrics, its client's account and its access line.
+func (p *Proxy) answered(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
+	if result != noResult {
+		p.metrics.CacheResult(int(id), result)
+	}
+	p.metrics.Request(int(id), p.metrics.CodeIndex(code), time.Since(start).Seconds())
+	p.access(ctx, s, id, result, code, start)
+}
+
+// entryCode is the envelope code of a stored answer: "0", or a cached
+// refusal's own.
+func entryCode(e *cache.Entry) string {
+	if e.Status == 0 {
+		return "0"
+	}
+	code, _ := envelope.Code(e.Body)
+	return code
 }
 
 // answer is the outcome of one upstream fetch, shared by every request the
@@ -538,18 +552,18 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	var shared *cache.Entry
 	if p.tier != nil {
 		_, ts := p.ops.tr.Span(f.Trace, "shared.get")
-		e := p.tier.Get(key, p.clock())
+		e := p.shared(s).Get(key, p.clock())
 		tracing.End(ts, nil)
 		if e != nil && p.observeEntry(f, e) > 0 {
 			e = nil // another node's head page, behind the head seen: not served
 		}
 		switch e.StateAt(p.clock().UnixNano()) {
 		case cache.Fresh:
-			p.keep(e, p.clock())
+			p.keep(s, e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		case cache.Stale:
 			if !f.Background {
-				p.keep(e, p.clock())
+				p.keep(s, e, p.clock())
 				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
 			}
 		}
@@ -560,11 +574,11 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 			f = &g
 		}
 		_, ts = p.ops.tr.Span(f.Trace, "shared.lock")
-		unlock, e := p.tier.Lock(key, p.clock)
+		unlock, e := p.shared(s).Lock(key, p.clock)
 		tracing.End(ts, nil)
 		defer unlock()
 		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
-			p.keep(e, p.clock())
+			p.keep(s, e, p.clock())
 			return &answer{entry: e, stored: true, shared: true}, nil
 		}
 	}
@@ -594,7 +608,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	}
 	p.up.Release(w, 0)
 	if shared.UsableOnError(p.clock().UnixNano()) {
-		p.keep(shared, p.clock()) // the next request finds it here
+		p.keep(s, shared, p.clock()) // the next request finds it here
 	}
 	return &answer{stale: shared, upstream: took}, err
 }
@@ -621,18 +635,33 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 		return &answer{entry: e, behind: true}
 	}
 	now := p.clock()
-	p.keep(e, now)
+	p.keep(s, e, now)
 	if p.tier != nil {
-		p.tier.Set(e, now)
+		p.shared(s).Set(e, now)
 	}
+	return &answer{entry: e, stored: true}
+}
+
+// storeRefusal caches an upstream envelope that refuses the question
+// (envelope.RefusedQuestion) for the route's negative time (its shortest TTL when it
+// has none), with its status: asked again, it is a hit, not one more call
+// of the quota. It has no stale windows, never stands in for a failure, and
+// stays on this node: the shared tier holds successes only.
+func (p *Proxy) storeRefusal(s *settings, r *route.Route, key string, status int, body []byte) *answer {
+	now := p.clock()
+	// Held as is (a refusal is a short envelope): served reads its code.
+	e := cache.NewItem(key, body, cache.Negative, now, s.ttl[r.ID].For(cache.Negative), 0, 0)
+	e.Status, e.Source = status, cache.SourceUpstream
+	e.Tags = purge.Of(e, body, s.chains)
+	p.keep(s, e, now)
 	return &answer{entry: e, stored: true}
 }
 
 // keep stores e, tagged, in this node's memory as the purges let it in
 // (purge.Purger.Admit): an answer a purge selected while it was on its way
 // is dropped, or stored stale. Every entry enters the cache here.
-func (p *Proxy) keep(e *cache.Entry, now time.Time) {
-	if e = p.purges.Admit(e, now); e != nil {
+func (p *Proxy) keep(s *settings, e *cache.Entry, now time.Time) {
+	if e = p.purges.Admit(e, now.Add(-s.inflight()).UnixNano()); e != nil {
 		p.cache.Set(e, now)
 	}
 }

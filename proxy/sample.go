@@ -2,19 +2,26 @@ package proxy
 
 import (
 	"context"
+	"log/slog"
+
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/route"
-	"log/slog"
 )
 
 // sampleWarn reports whether a WARN line of key k may go out, and how many
-// were left out before it.
+// were left out before it, under the settings in force (work outside a
+// request: the upstream's lines, fasthttp's, the purges').
 func (p *Proxy) sampleWarn(k logsample.Key) (ok bool, suppressed int64) {
+	return p.sample(p.settings.Load(), k)
+}
+
+// sample is sampleWarn under a request's settings s.
+func (p *Proxy) sample(s *settings, k logsample.Key) (ok bool, suppressed int64) {
 	if !p.log.Enabled(context.Background(), slog.LevelWarn) {
 		return false, 0
 	}
-	ok, suppressed = p.ops.repeats.Allow(k, p.clock(), p.settings.Load().cfg.Log.RepeatInterval)
+	ok, suppressed = p.ops.repeats.Allow(k, p.clock(), s.cfg.Log.RepeatInterval)
 	if !ok {
 		p.metrics.LogSuppressed.Inc()
 	}
@@ -22,9 +29,9 @@ func (p *Proxy) sampleWarn(k logsample.Key) (ok bool, suppressed int64) {
 }
 
 // warnFailed logs a 5xx answer. Nothing is built for a line left out.
-func (p *Proxy) warnFailed(id route.ID, e *envelope.Error) {
+func (p *Proxy) warnFailed(s *settings, id route.ID, e *envelope.Error) {
 	route := id.String()
-	ok, suppressed := p.sampleWarn(logsample.Key{Msg: "request failed", Route: route, Code: e.Code})
+	ok, suppressed := p.sample(s, logsample.Key{Msg: "request failed", Route: route, Code: e.Code})
 	if !ok {
 		return
 	}

@@ -48,16 +48,20 @@ type Tier interface {
 type sharedTier struct {
 	Tier
 	p *Proxy
+	s *settings // the request's: what an entry is checked against
 }
 
+// shared is the shared tier under a request's settings s.
+func (p *Proxy) shared(s *settings) sharedTier { return sharedTier{Tier: p.tier, p: p, s: s} }
+
 func (t sharedTier) Get(key string, now time.Time) *cache.Entry {
-	return t.p.purges.Judge(t.p.admitShared(t.Tier.Get(key, now)))
+	return t.p.purges.Judge(t.p.admitShared(t.s, t.Tier.Get(key, now)))
 }
 
 func (t sharedTier) GetMany(keys []string, now time.Time) []*cache.Entry {
 	entries := t.Tier.GetMany(keys, now)
 	for i, e := range entries {
-		entries[i] = t.p.purges.Judge(t.p.admitShared(e))
+		entries[i] = t.p.purges.Judge(t.p.admitShared(t.s, e))
 	}
 	return entries
 }
@@ -73,18 +77,18 @@ func (t sharedTier) Set(e *cache.Entry, now time.Time) {
 // call, never a purged answer).
 func (t sharedTier) Lock(key string, now func() time.Time) (func(), *cache.Entry) {
 	unlock, e := t.Tier.Lock(key, now)
-	if e = t.p.purges.Judge(t.p.admitShared(e)); e.StateAt(now().UnixNano()) != cache.Fresh {
+	if e = t.p.purges.Judge(t.p.admitShared(t.s, e)); e.StateAt(now().UnixNano()) != cache.Fresh {
 		e = nil
 	}
 	return unlock, e
 }
 
 // admitShared returns e made safe to serve, or nil.
-func (p *Proxy) admitShared(e *cache.Entry) *cache.Entry {
+func (p *Proxy) admitShared(s *settings, e *cache.Entry) *cache.Entry {
 	if e == nil {
 		return nil
 	}
-	if why := p.checkShared(e); why != "" {
+	if why := p.checkShared(s, e); why != "" {
 		p.metrics.SharedRejected.WithLabelValues("entry").Inc()
 		p.log.Debug("shared entry refused; a miss", "key", e.Key, "why", why)
 		return nil
@@ -96,8 +100,7 @@ func (p *Proxy) admitShared(e *cache.Entry) *cache.Entry {
 // checkShared says what is wrong with e ("" if nothing), and clamps its
 // times, recomputes its ETag and tags it. The answer came compressed and is
 // kept so; it is inflated once, into a reused buffer, to be checked.
-func (p *Proxy) checkShared(e *cache.Entry) string {
-	s := p.settings.Load()
+func (p *Proxy) checkShared(s *settings, e *cache.Entry) string {
 	if e.Size > s.cfg.Upstream.MaxResponseBytes || e.Status != 0 {
 		return "size or status"
 	}

@@ -79,7 +79,7 @@ const streamMin = 64 << 10
 // writeEntry sends a stored answer. It copies no body bytes and allocates
 // nothing: header values are built in the query's scratch buffer and fasthttp
 // copies them into its own reused header storage.
-func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, now time.Time, st cacheStatus) {
+func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *cache.Entry, now time.Time, st cacheStatus) {
 	h := &ctx.Response.Header
 	ns := now.UnixNano()
 	b := q.scratch[:0]
@@ -129,7 +129,7 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	}
 	h.SetCanonical(hdrETag, etag)
 	vary := valAcceptEncoding
-	if p.settings.Load().cors.Headers(ctx) {
+	if s.cors.Headers(ctx) {
 		vary = valAEOrigin
 	}
 	h.SetCanonical(hdrVary, vary)
@@ -164,7 +164,7 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, q *query, e *cache.Entry, n
 	if err != nil { // the cache's own bytes, checked when they came from Redis: never expected
 		p.log.Error("stored answer does not inflate; dropped", "key", e.Key, "err", err.Error())
 		p.cache.Del(e.Key)
-		p.writeError(ctx, envelope.ErrBadGateway)
+		p.writeError(ctx, s, envelope.ErrBadGateway)
 	}
 }
 
@@ -248,21 +248,20 @@ func etagMatch(inm, etag []byte) bool {
 }
 
 // fail writes err as an envelope. Every error goes through here.
-func (p *Proxy) fail(ctx *fasthttp.RequestCtx, id route.ID, start time.Time, err error) {
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, s *settings, id route.ID, start time.Time, err error) {
 	var e *envelope.Error
 	if !errors.As(err, &e) {
 		e = envelope.ErrBadGateway.With(err, 0)
 	}
-	p.writeError(ctx, e)
-	p.metrics.Request(int(id), p.metrics.CodeIndex(e.Code), time.Since(start).Seconds())
-	p.access(ctx, id, noResult, e.Code, start)
+	p.writeError(ctx, s, e)
+	p.answered(ctx, s, id, noResult, e.Code, start)
 	if e.Status >= 500 {
-		p.warnFailed(id, e)
+		p.warnFailed(s, id, e)
 	}
 }
 
 // writeError replaces the response with e's envelope.
-func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
+func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, s *settings, e *envelope.Error) {
 	server.ResetResponse(ctx)
 	ctx.SetStatusCode(e.Status)
 	ctx.Response.Header.SetContentTypeBytes(ctJSON)
@@ -274,14 +273,40 @@ func (p *Proxy) writeError(ctx *fasthttp.RequestCtx, e *envelope.Error) {
 		ctx.Response.Header.SetCanonical(hdrRetryAfter, strconv.AppendInt(nil, int64(e.RetryAfter), 10))
 	}
 	ctx.Response.SetBodyRaw(envelope.Append(nil, e.Code, e.Msg))
-	p.corsHeaders(ctx)
+	p.corsHeaders(ctx, s)
 }
 
 // corsHeaders adds the CORS headers to an answer that is not a stored
 // entry (an error, a passed-through envelope), with Vary: Origin when the
 // answer depends on it.
-func (p *Proxy) corsHeaders(ctx *fasthttp.RequestCtx) {
-	if p.settings.Load().cors.Headers(ctx) {
+func (p *Proxy) corsHeaders(ctx *fasthttp.RequestCtx, s *settings) {
+	if s.cors.Headers(ctx) {
 		ctx.Response.Header.SetCanonical(hdrVary, valOrigin)
+	}
+}
+
+// refuseFraming answers a request framingError refuses and closes the
+// connection: whatever follows on it cannot be trusted to be a request.
+func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, s *settings, start time.Time, e *envelope.Error) {
+	id := route.Unknown
+	if r := route.ByPath(ctx.Path()); r != nil {
+		id = r.ID
+	}
+	p.fail(ctx, s, id, start, e)
+	ctx.SetConnectionClose()
+}
+
+// unreadable is the public server's ErrorHandler: fasthttp calls it for a
+// request it could not read, before any handler, and closes the
+// connection after the answer. What reaches it (fasthttp v1.74.0,
+// server.go serveConn): *ErrSmallBuffer when the request line and headers
+// outgrow the read buffer, ErrBodyTooLarge beyond MaxRequestBodySize, a
+// read timeout, and every parse error of the request line, headers, URI or
+// body. Each gets an envelope of the error table instead of fasthttp's
+// plain text; the cause, which may quote the client's headers, is not
+// shown.
+func (p *Proxy) unreadable(headersTooLarge *envelope.Error) func(*fasthttp.RequestCtx, error) {
+	return func(ctx *fasthttp.RequestCtx, err error) {
+		p.fail(ctx, p.settings.Load(), route.Unknown, time.Now(), server.UnreadableError(err, headersTooLarge))
 	}
 }

@@ -106,11 +106,12 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	return res, err
 }
 
-// Admit is what of e, an answer being stored at now, the purges let into
-// the cache: nil when a hard purge selected it while its answer was on its
-// way, a copy stale from a soft one's time, or e.
-func (p *Purger) Admit(e *cache.Entry, now time.Time) *cache.Entry {
-	drop, from := p.log.verdict(e, now.Add(-p.o.InFlight()).UnixNano())
+// Admit is what of e, an answer being stored, the purges since since
+// (unix ns: when an answer stored now may have left) let into the cache:
+// nil when a hard purge selected it while its answer was on its way, a
+// copy stale from a soft one's time, or e.
+func (p *Purger) Admit(e *cache.Entry, since int64) *cache.Entry {
+	drop, from := p.log.verdict(e, since)
 	switch {
 	case drop:
 		return nil
