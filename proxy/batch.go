@@ -314,9 +314,16 @@ func (b *batcher) dispatch(s *settings, g *batchGroup) {
 // send makes one upstream transaction-multi call for the group and hands
 // each hash its records. The call waits for the budget (budget_wait)
 // unless no one needs it: every hash it asks has a copy to stand in.
+//
+// It is the whole-key miss's path (fill) for a group of hashes: the same
+// byte gate, upstream fetch, store (keep) and shared tier. Two steps
+// differ, on purpose: the flight is the batcher's own (one per hash, in
+// flying, so that requests asking overlapping sets share each hash's
+// call), and no fleet-wide fetch lock is taken (a lock per hash would
+// cost a Redis round trip each, for answers of a few records; a fleet
+// may ask a hash twice).
 func (b *batcher) send(s *settings, g *batchGroup) {
 	p := b.p
-	r := &route.Table[route.TransactionMulti]
 	finished := make([]bool, len(g.hashes))
 	finish := func(i int, records []byte, e *cache.Entry, err error) {
 		if finished[i] {
@@ -340,19 +347,45 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 			}
 		}
 	}()
-	// A refresh that another one beat: the hash is fresh again.
+	ask := b.pending(g, finish)
+	if len(ask) == 0 {
+		return
+	}
+	sent := p.clock() // the answer is as old as the question
+	records, err := b.call(s, g, ask)
+	if err != nil {
+		for _, i := range ask {
+			finish(i, nil, nil, err)
+		}
+		return
+	}
 	now := p.clock()
+	for _, i := range ask {
+		recs := records[g.hashes[i]]
+		finish(i, recs, p.storeItem(s, g.chain, g.hashes[i], recs, sent, now), nil)
+	}
+}
+
+// pending is the positions of g's hashes still to ask: a refresh that
+// another one beat finds its hash fresh again, and finishes it.
+func (b *batcher) pending(g *batchGroup, finish func(int, []byte, *cache.Entry, error)) []int {
+	now := b.p.clock()
 	var ask []int
 	for i, h := range g.hashes {
-		if e := p.cache.GetString(route.HashKey(g.chain, h)); e.StateAt(now.UnixNano()) == cache.Fresh {
+		if e := b.p.cache.GetString(route.HashKey(g.chain, h)); e.StateAt(now.UnixNano()) == cache.Fresh {
 			finish(i, e.Body, e, nil)
 			continue
 		}
 		ask = append(ask, i)
 	}
-	if len(ask) == 0 {
-		return
-	}
+	return ask
+}
+
+// call asks the upstream for the hashes of g at positions ask, within the
+// byte gate, and files the records it answers under each hash.
+func (b *batcher) call(s *settings, g *batchGroup, ask []int) (map[string][]byte, error) {
+	p := b.p
+	r := &route.Table[route.TransactionMulti]
 	haveStale := true
 	b.mu.Lock()
 	for _, i := range ask {
@@ -363,55 +396,49 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 	b.mu.Unlock()
 	var key strings.Builder
 	key.WriteString(r.Path + "?chainShortName=" + g.chain + "&txId=")
+	asked := make([]string, len(ask))
 	for j, i := range ask {
 		if j > 0 {
 			key.WriteByte(',')
 		}
 		key.WriteString(g.hashes[i])
+		asked[j] = g.hashes[i]
 	}
-	sent := p.clock() // the answer is as old as the question
-	up, err := p.up.Fetch(&upstream.Request{Route: r, Key: key.String(), Chain: g.chain, Height: -1, HaveStale: haveStale, Tenant: g.tenant})
-	body := up.Body
+	f := &upstream.Request{Route: r, Key: key.String(), Chain: g.chain, Height: -1, HaveStale: haveStale, Tenant: g.tenant}
+	w, err := p.up.Reserve(f)
+	if err != nil {
+		return nil, err
+	}
+	up, err := p.up.Fetch(f)
+	p.up.Release(w, len(up.Body))
 	if err == nil && (up.Code != "0" || up.Status != fasthttp.StatusOK) {
-		msg, _ := jsonparser.GetString(body, "msg")
+		msg, _ := jsonparser.GetString(up.Body, "msg")
 		err = &envelope.Error{Status: up.Status, Code: up.Code, Msg: msg, Reason: envelope.ReasonEnvelope,
 			Answered: !envelope.UpstreamFailing(up.Status, up.Code)}
 	}
 	if err != nil {
-		for _, i := range ask {
-			finish(i, nil, nil, err)
-		}
-		return
+		return nil, err
 	}
-	asked := make([]string, len(ask))
-	for j, i := range ask {
-		asked[j] = g.hashes[i]
+	return splitRecords(up.Body, asked)
+}
+
+// storeItem stores the records of one hash of chain, asked at sent, as its
+// item: classified, tagged, kept here and in the shared tier.
+func (p *Proxy) storeItem(s *settings, chain, hash string, recs []byte, sent, now time.Time) *cache.Entry {
+	r := &route.Table[route.TransactionMulti]
+	class := cache.Negative
+	if len(recs) > 0 {
+		class = route.ClassifyCross(envelope.Wrap(recs))
 	}
-	records, err := splitRecords(body, asked)
-	if err != nil {
-		for _, i := range ask {
-			finish(i, nil, nil, err)
-		}
-		return
+	e := cache.NewItem(route.HashKey(chain, hash), recs, class, sent, p.ttlFor(s, r, class),
+		route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
+	e.Source = cache.SourceUpstream
+	e.Tags = purge.Of(e, recs, s.chains)
+	p.keep(s, e, now)
+	if p.tier != nil {
+		p.shared(s).Set(e, now)
 	}
-	now = p.clock()
-	for _, i := range ask {
-		h := g.hashes[i]
-		recs := records[h]
-		class := cache.Negative
-		if len(recs) > 0 {
-			class = route.ClassifyCross(envelope.Wrap(recs))
-		}
-		e := cache.NewItem(route.HashKey(g.chain, h), recs, class, sent, p.ttlFor(s, r, class),
-			route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
-		e.Source = cache.SourceUpstream
-		e.Tags = purge.Of(e, recs, s.chains)
-		p.keep(s, e, now)
-		if p.tier != nil {
-			p.shared(s).Set(e, now)
-		}
-		finish(i, recs, e, nil)
-	}
+	return e
 }
 
 // splitRecords files the records of a transaction-multi answer under the

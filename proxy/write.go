@@ -81,9 +81,40 @@ const streamMin = 64 << 10
 // copies them into its own reused header storage.
 func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *cache.Entry, now time.Time, st cacheStatus) {
 	h := &ctx.Response.Header
-	ns := now.UnixNano()
-	b := q.scratch[:0]
+	b := cacheHeaders(h, q.scratch[:0], e, now.UnixNano(), st)
 
+	// Each representation has its own strong validator (RFC 9110 section
+	// 8.8.3): the gzip body's is the identity body's with "-gz".
+	gz := e.Gzip != nil && acceptsGzip(ctx.Request.Header.PeekBytes(hdrAcceptEncoding))
+	etag := e.ETag
+	if gz {
+		b = append(b[:0], e.ETag[:len(e.ETag)-1]...)
+		b = append(b, etagGzipSuffix...)
+		etag = b
+	}
+	h.SetCanonical(hdrETag, etag)
+	vary := valAcceptEncoding
+	if s.cors.Headers(ctx) {
+		vary = valAEOrigin
+	}
+	h.SetCanonical(hdrVary, vary)
+	q.scratch = b
+
+	if e.Status != 0 { // a cached refusal keeps the upstream's status
+		ctx.SetStatusCode(e.Status)
+	}
+	// If-None-Match applies only to an answer that would be 2xx (RFC 9110 section 13.2.1).
+	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && e.Status < 300 && etagMatch(inm, etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return
+	}
+	h.SetContentTypeBytes(ctJSON)
+	p.writeBody(ctx, s, e, gz)
+}
+
+// cacheHeaders sets Cache-Status, Cache-Control and Age of e at ns, built
+// in b, which it returns for reuse.
+func cacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64, st cacheStatus) []byte {
 	b = append(b, st.text...)
 	if st.hasTTL {
 		b = append(b, "; ttl="...)
@@ -117,35 +148,15 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *c
 
 	b = strconv.AppendInt(b[:0], e.Age(ns), 10)
 	h.SetCanonical(hdrAge, b)
+	return b
+}
 
-	// Each representation has its own strong validator (RFC 9110 section
-	// 8.8.3): the gzip body's is the identity body's with "-gz".
-	gz := e.Gzip != nil && acceptsGzip(ctx.Request.Header.PeekBytes(hdrAcceptEncoding))
-	etag := e.ETag
+// writeBody sends e's body: compressed when gz, else its identity bytes
+// (held, streamed through an inflater, or inflated into the response's
+// reused buffer).
+func (p *Proxy) writeBody(ctx *fasthttp.RequestCtx, s *settings, e *cache.Entry, gz bool) {
 	if gz {
-		b = append(b[:0], e.ETag[:len(e.ETag)-1]...)
-		b = append(b, etagGzipSuffix...)
-		etag = b
-	}
-	h.SetCanonical(hdrETag, etag)
-	vary := valAcceptEncoding
-	if s.cors.Headers(ctx) {
-		vary = valAEOrigin
-	}
-	h.SetCanonical(hdrVary, vary)
-	q.scratch = b
-
-	if e.Status != 0 { // a cached refusal keeps the upstream's status
-		ctx.SetStatusCode(e.Status)
-	}
-	// If-None-Match applies only to an answer that would be 2xx (RFC 9110 section 13.2.1).
-	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && e.Status < 300 && etagMatch(inm, etag) {
-		ctx.SetStatusCode(fasthttp.StatusNotModified)
-		return
-	}
-	h.SetContentTypeBytes(ctJSON)
-	if gz {
-		h.SetContentEncodingBytes(valGzip)
+		ctx.Response.Header.SetContentEncodingBytes(valGzip)
 		ctx.Response.SetBodyRaw(e.Gzip)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -77,7 +78,7 @@ func newAccount(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.
 	up := &account{
 		name:    name,
 		changed: func() {},
-		prefix:  stringsTrimRightSlash(u.Path),
+		prefix:  strings.TrimRight(u.Path, "/"),
 		host:    u.Host,
 		m:       m,
 		log:     log,
@@ -115,7 +116,7 @@ func newAccount(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.
 		// the upstream failing.
 		IsSuccessful: func(err error) bool {
 			var e *envelope.Error
-			return err == nil || (errors.As(err, &e) && (e == envelope.ErrBudget || e.Reason == "quota"))
+			return err == nil || (errors.As(err, &e) && e.Reason == "quota")
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			up.breakerState.Store(int32(to))
@@ -124,13 +125,6 @@ func newAccount(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.
 		},
 	})
 	return up, nil
-}
-
-func stringsTrimRightSlash(s string) string {
-	for len(s) > 0 && s[len(s)-1] == '/' {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // reconfigure applies reloaded rates and timeouts. It ends a lock-out and
@@ -173,23 +167,11 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-
 	path := u.prefix + target
-	req.SetRequestURI(path)
-	req.Header.SetHost(u.host)
-	req.Header.SetMethod(fasthttp.MethodGet)
-	sg := u.signer.Load()
-	creds := sg.Credentials()
-	var buf [96]byte
-	ts := signer.AppendTimestamp(buf[:0], time.Now())
-	req.Header.SetCanonical(hdrTS, ts)
-	req.Header.SetCanonical(hdrSign, sg.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
-	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
-	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
+	u.sign(req, path)
 	if tc != nil { // the attempt's span is the upstream's parent
 		propagation.TraceContext{}.Inject(tc, tracing.UpstreamCarrier{H: &req.Header})
 	}
-
 	start := time.Now()
 	err := u.hc.DoTimeout(req, resp, timeout)
 	took := time.Since(start)
@@ -218,39 +200,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 		return Answer{}, e.With(err, 0)
 	}
 	code, _ := envelope.Code(body)
-	outcome, result := metrics.OutcomeOK, error(nil)
-	switch {
-	case envelope.CredentialsRefused(status, code):
-		outcome = metrics.OutcomeCredentials
-		result = envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
-		u.credentialsRefused(status, code)
-	case status == fasthttp.StatusNotFound:
-		// Whatever envelope came with it: the path asked is the API's, so
-		// the base_url is wrong. An upstream failure, counted and alerted
-		// on, never the client's 404.
-		outcome = metrics.OutcomeNotFound
-		result = envelope.ErrUpstreamNotFound.With(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
-	case status == fasthttp.StatusTooManyRequests || code == "50011":
-		outcome = metrics.Outcome429
-		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
-		result = envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), envelope.CeilSeconds(retry))
-	case status >= 500:
-		outcome = metrics.Outcome5xx
-		result = envelope.ErrBadGateway.With(fmt.Errorf("upstream answered %d", status), 0)
-	case code == "":
-		outcome = metrics.OutcomeMalformed
-		result = envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
-	case envelope.UpstreamFailing(status, code):
-		// The account's failure, for its health and breaker; the answer
-		// goes with the error, to be passed on if no other account can
-		// be asked (Pool.fetch).
-		outcome = metrics.OutcomeErrorEnvelope
-		result = envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
-	case code != "0":
-		outcome = metrics.OutcomeErrorEnvelope
-	default:
-		u.recovered(start)
-	}
+	outcome, result := u.judge(resp, path, status, code, start)
 	u.record(r, outcome, took, result != nil)
 	level := slog.LevelInfo
 	if result != nil {
@@ -258,14 +208,58 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 	}
 	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.Name, "status", status, "code", code,
 		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
-	a := Answer{Status: status, Code: code, Body: body}
 	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
-		a = Answer{}
+		return Answer{}, result
 	}
-	return a, result
+	return Answer{Status: status, Code: code, Body: body}, result
 }
 
-// envelope.CredentialsRefused logs, at error and once per log.repeat_interval for
+// sign makes req the signed GET of path on this account.
+func (u *account) sign(req *fasthttp.Request, path string) {
+	req.SetRequestURI(path)
+	req.Header.SetHost(u.host)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	sg := u.signer.Load()
+	creds := sg.Credentials()
+	var buf [96]byte
+	ts := signer.AppendTimestamp(buf[:0], time.Now())
+	req.Header.SetCanonical(hdrTS, ts)
+	req.Header.SetCanonical(hdrSign, sg.AppendSign(buf[len(ts):len(ts)], ts, []byte("GET"), []byte(path)))
+	req.Header.SetCanonical(hdrKey, []byte(creds.APIKey))
+	req.Header.SetCanonical(hdrPass, []byte(creds.Passphrase))
+}
+
+// judge reads an answer of status and envelope code to a call sent at
+// sent: its outcome, and the account's failure it is (nil: none; an
+// error envelope that says the upstream is failing goes with its answer,
+// to be passed on if no other account can be asked: Pool.Fetch).
+func (u *account) judge(resp *fasthttp.Response, path string, status int, code string, sent time.Time) (int, error) {
+	switch {
+	case envelope.CredentialsRefused(status, code):
+		u.credentialsRefused(status, code)
+		return metrics.OutcomeCredentials, envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
+	case status == fasthttp.StatusNotFound:
+		// Whatever envelope came with it: the path asked is the API's, so
+		// the base_url is wrong. An upstream failure, counted and alerted
+		// on, never the client's 404.
+		return metrics.OutcomeNotFound, envelope.ErrUpstreamNotFound.With(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
+	case status == fasthttp.StatusTooManyRequests || code == "50011":
+		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
+		return metrics.Outcome429, envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), envelope.CeilSeconds(retry))
+	case status >= 500:
+		return metrics.Outcome5xx, envelope.ErrBadGateway.With(fmt.Errorf("upstream answered %d", status), 0)
+	case code == "":
+		return metrics.OutcomeMalformed, envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
+	case envelope.UpstreamFailing(status, code):
+		return metrics.OutcomeErrorEnvelope, envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
+	case code != "0":
+		return metrics.OutcomeErrorEnvelope, nil
+	}
+	u.recovered(sent)
+	return metrics.OutcomeOK, nil
+}
+
+// credentialsRefused logs, at error and once per log.repeat_interval for
 // the account, that the upstream refused the account's credentials: every
 // question on it fails until an operator acts.
 func (u *account) credentialsRefused(status int, code string) {
