@@ -1,0 +1,620 @@
+package stream
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/valyala/fasthttp"
+
+	"explorer-edge/internal/testkit"
+	"explorer-edge/tcpio"
+)
+
+func TestEventsInOrder(t *testing.T) {
+	e := start(t, Options{Buffer: 64}, nil, nil)
+	both := e.open(t, "chains=ETH,BSC")
+	eth := e.open(t, "chains=eth") // any case
+	var ids []string
+	for i := int64(1); i <= 40; i++ {
+		chain := "ETH"
+		if i%3 == 0 {
+			chain = "BSC"
+		}
+		e.hub.Publish(headEvent(chain, i))
+		if i == 20 {
+			e.hub.Publish(Event{Kind: Reorg, Chain: "ETH", Fork: 17, Depth: 3, Hash: "0xnew"})
+		}
+	}
+	e.hub.Publish(headEvent("SOL", 1))                         // not served: ignored
+	e.hub.Publish(Event{Kind: 9, Chain: "ETH", Height: 1})     // no such kind: ignored
+	e.hub.Publish(Event{Kind: Head, Chain: "eth", Height: 99}) // names are exact in events
+	e.hub.Publish(headEvent("ETH", 41))
+
+	for i := int64(1); i <= 41; i++ {
+		chain := "ETH"
+		if i%3 == 0 && i != 41 {
+			chain = "BSC"
+		}
+		ev := both.nextEvent(t)
+		wantHead(t, ev, chain, i)
+		if h := decodeHead(t, ev); h.Hash != hashOf(chain, i) || h.Time != 1_700_000_000_000+i || h.Final != i-64 {
+			t.Fatalf("head %d: %+v", i, h)
+		}
+		ids = append(ids, ev.id)
+		if i == 20 {
+			ev := both.nextEvent(t)
+			var r struct {
+				Chain       string
+				Fork, Depth int64
+				Hash        string
+			}
+			if ev.event != "reorg" || json.Unmarshal([]byte(ev.data), &r) != nil || r.Chain != "ETH" || r.Fork != 17 || r.Depth != 3 || r.Hash != "0xnew" {
+				t.Fatalf("want the reorg, got %+v", ev)
+			}
+			ids = append(ids, ev.id)
+		}
+		if chain == "ETH" {
+			wantHead(t, eth.nextEvent(t), "ETH", i)
+			if i == 20 {
+				if ev := eth.nextEvent(t); ev.event != "reorg" {
+					t.Fatalf("ETH stream: want the reorg, got %+v", ev)
+				}
+			}
+		}
+	}
+	// Ids grow by one: one sequence for every chain.
+	for i := 1; i < len(ids); i++ {
+		a, b := seqOf(t, ids[i-1]), seqOf(t, ids[i])
+		if b != a+1 {
+			t.Fatalf("ids %s then %s", ids[i-1], ids[i])
+		}
+	}
+	if got := testutil.ToFloat64(e.m.events[Head]); got != 41 {
+		t.Errorf("events_total{type=head} = %v, want 41", got)
+	}
+	if got := testutil.ToFloat64(e.m.events[Reorg]); got != 1 {
+		t.Errorf("events_total{type=reorg} = %v, want 1", got)
+	}
+	if e.subscribers("ETH") != 2 || e.subscribers("BSC") != 1 {
+		t.Errorf("subscribers: ETH %v BSC %v, want 2 and 1", e.subscribers("ETH"), e.subscribers("BSC"))
+	}
+	// Every event was written to every subscriber it was handed to.
+	testkit.WaitFor(t, "42 deliveries observed", func() bool { return histCount(e) == 42 })
+}
+
+func histCount(e *env) uint64 {
+	var m dto.Metric
+	e.m.delivery.Write(&m)
+	return m.GetHistogram().GetSampleCount()
+}
+
+func seqOf(t *testing.T, id string) uint64 {
+	t.Helper()
+	_, s, ok := strings.Cut(id, ".")
+	n, err := strconv.ParseUint(s, 10, 64)
+	if !ok || err != nil {
+		t.Fatalf("id %q", id)
+	}
+	return n
+}
+
+func TestHeaders(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	c := e.open(t, "chains=ETH")
+	h := c.resp.Header
+	if h.Get("Content-Type") != "text/event-stream" || h.Get("Cache-Control") != "no-cache" || h.Get("X-Accel-Buffering") != "no" {
+		t.Errorf("headers %v", h)
+	}
+	if c.resp.ContentLength != -1 || len(c.resp.TransferEncoding) != 0 || !c.resp.Close {
+		t.Errorf("want a body to the connection's end: length %d, transfer %v, close %v", c.resp.ContentLength, c.resp.TransferEncoding, c.resp.Close)
+	}
+
+	// HEAD: the headers, no stream.
+	var req fasthttp.Request
+	var resp fasthttp.Response
+	req.SetRequestURI("http://" + e.addr + "/edge/v1/events?chains=ETH")
+	req.Header.SetMethod("HEAD")
+	if err := fasthttp.DoTimeout(&req, &resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != 200 || string(resp.Header.ContentType()) != "text/event-stream" {
+		t.Errorf("HEAD: %d %s", resp.StatusCode(), resp.Header.ContentType())
+	}
+	if e.subscribers("ETH") != 1 {
+		t.Errorf("HEAD subscribed: %v subscribers", e.subscribers("ETH"))
+	}
+}
+
+func TestChainsParameter(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	f := func(query string, status int, code, says string) {
+		t.Helper()
+		_, resp := e.try(t, query)
+		body, _ := io.ReadAll(resp.Body)
+		testkit.CheckEnvelope(t, query, resp.StatusCode, body, status, code, "chains")
+		if !strings.Contains(string(body), says) {
+			t.Errorf("%s: %s does not say %q", query, body, says)
+		}
+		if resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s: Content-Type %q", query, resp.Header.Get("Content-Type"))
+		}
+	}
+	f("", 400, "50014", "cannot be empty")
+	f("chain=ETH", 400, "50014", "cannot be empty")
+	f("chains=", 400, "50036", "empty chain name")
+	f("chains=ETH,,BSC", 400, "50036", "empty chain name")
+	f("chains=ETH,SOL", 400, "50036", `unknown chain \"SOL\"; served: ETH,BSC`)
+	f("chains="+strings.Repeat("x", 500), 400, "50036", `\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...\"`)
+	f("chains=ETH%0A", 400, "50036", `unknown chain \"ETH\\n\"`)
+
+	// Repeated, mixed case and repeated names are one subscription each.
+	c := e.open(t, "chains=eth,ETH&chains=bsc")
+	e.hub.Publish(headEvent("BSC", 1))
+	e.hub.Publish(headEvent("ETH", 2))
+	wantHead(t, c.nextEvent(t), "BSC", 1)
+	wantHead(t, c.nextEvent(t), "ETH", 2)
+	if e.subscribers("ETH") != 1 {
+		t.Errorf("ETH subscribers %v, want 1", e.subscribers("ETH"))
+	}
+
+	var req fasthttp.Request
+	var resp fasthttp.Response
+	req.SetRequestURI("http://" + e.addr + "/edge/v1/events?chains=ETH")
+	req.Header.SetMethod("POST")
+	if err := fasthttp.DoTimeout(&req, &resp, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckEnvelope(t, "POST", resp.StatusCode(), resp.Body(), 405, "50115", "GET")
+	if string(resp.Header.Peek("Allow")) != "GET, HEAD" {
+		t.Errorf("405 without Allow: %q", resp.Header.Peek("Allow"))
+	}
+}
+
+// TestResume: a browser that reconnects with the last id it saw gets what
+// it missed, nothing twice, then the live events; by header or by the
+// lastEventId parameter, the header winning.
+func TestResume(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	e.hub.Publish(headEvent("ETH", 1))
+	first := e.open(t, "chains=ETH,BSC")
+	wantHead(t, first.nextEvent(t), "ETH", 1) // the newest head, at once
+	for i := int64(2); i <= 5; i++ {
+		e.hub.Publish(headEvent([]string{"ETH", "BSC"}[i%2], i))
+	}
+	var last string
+	for i := int64(2); i <= 5; i++ {
+		ev := first.nextEvent(t)
+		wantHead(t, ev, []string{"ETH", "BSC"}[i%2], i)
+		last = ev.id
+	}
+	first.resp.Body.Close()
+	for i := int64(6); i <= 9; i++ { // missed
+		e.hub.Publish(headEvent([]string{"ETH", "BSC"}[i%2], i))
+	}
+	e.hub.Publish(Event{Kind: Reorg, Chain: "BSC", Fork: 8, Depth: 2, Hash: "0xb"})
+
+	check := func(c *client) {
+		t.Helper()
+		for i := int64(6); i <= 9; i++ {
+			wantHead(t, c.nextEvent(t), []string{"ETH", "BSC"}[i%2], i)
+		}
+		if ev := c.nextEvent(t); ev.event != "reorg" {
+			t.Fatalf("want the missed reorg, got %+v", ev)
+		}
+	}
+	byHeader := e.open(t, "chains=BSC,ETH", "Last-Event-ID", last)
+	byParam := e.open(t, "chains=ETH,BSC&lastEventId="+last)
+	both := e.open(t, "chains=ETH,BSC&lastEventId=garbage", "Last-Event-ID", last)
+	for _, c := range []*client{byHeader, byParam, both} {
+		check(c)
+	}
+	e.hub.Publish(headEvent("ETH", 10)) // live
+	for _, c := range []*client{byHeader, byParam, both} {
+		wantHead(t, c.nextEvent(t), "ETH", 10)
+	}
+	// A stream of one chain resumes that chain's events only.
+	eth := e.open(t, "chains=ETH", "Last-Event-ID", last)
+	for _, h := range []int64{6, 8, 10} {
+		wantHead(t, eth.nextEvent(t), "ETH", h)
+	}
+	// Up to date: nothing to replay.
+	now := e.open(t, "chains=ETH", "Last-Event-ID", idOf(e, 11))
+	e.hub.Publish(headEvent("ETH", 11))
+	wantHead(t, now.nextEvent(t), "ETH", 11)
+}
+
+func idOf(e *env, seq uint64) string { return e.hub.epoch + "." + strconv.FormatUint(seq, 10) }
+
+// TestResetWhenTooOld: an id older than a chain's history gets a reset
+// naming that chain, its newest head, then the live events; the other
+// chains of the stream replay as usual.
+func TestResetWhenTooOld(t *testing.T) {
+	e := start(t, Options{History: 4}, nil, nil)
+	e.hub.Publish(headEvent("BSC", 1)) // id 1
+	for i := int64(2); i <= 11; i++ {  // ids 2-11, ETH's history keeps 8-11
+		e.hub.Publish(headEvent("ETH", i))
+	}
+	e.hub.Publish(Event{Kind: Reorg, Chain: "ETH", Fork: 10, Depth: 2, Hash: "0xe"}) // id 12: ETH keeps 9-12
+	e.hub.Publish(headEvent("BSC", 13))
+
+	c := e.open(t, "chains=ETH,BSC", "Last-Event-ID", idOf(e, 3))
+	ev := c.nextEvent(t)
+	if ev.event != "reset" || ev.data != `{"chains":["ETH"]}` || ev.id != "" {
+		t.Fatalf("want a reset of ETH without an id, got %+v", ev)
+	}
+	wantHead(t, c.nextEvent(t), "ETH", 11) // its newest head
+	wantHead(t, c.nextEvent(t), "BSC", 13) // BSC's history reaches id 3
+	e.hub.Publish(headEvent("ETH", 14))
+	wantHead(t, c.nextEvent(t), "ETH", 14)
+
+	// Within the history: no reset.
+	c = e.open(t, "chains=ETH", "Last-Event-ID", idOf(e, 9))
+	wantHead(t, c.nextEvent(t), "ETH", 10)
+	wantHead(t, c.nextEvent(t), "ETH", 11)
+	if ev := c.nextEvent(t); ev.event != "reorg" {
+		t.Fatalf("want the reorg, got %+v", ev)
+	}
+	wantHead(t, c.nextEvent(t), "ETH", 14)
+}
+
+// TestGarbageLastEventID: an id the hub did not give (garbage, another
+// node's, from the future) is a reset of every chain of the stream, then
+// their newest heads; a chain with no head yet has its reset alone, and
+// the reset then carries the newest id to resume from.
+func TestGarbageLastEventID(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	e.hub.Publish(headEvent("ETH", 1))
+	e.hub.Publish(headEvent("ETH", 2))
+	ep := e.hub.epoch
+	for _, id := range []string{
+		"garbage", ep, ep + ".", ep + ".x", ep + ".-1", ep + ".+1", ep + ". 1", ep + ".1 ", ep + ".99",
+		ep + ".18446744073709551616", ep + ".1.2", "other.1", "." + ep + ".1", "1", "%ff%fe",
+		ep + "." + strings.Repeat("0", 70) + "1", strings.Repeat("z", 3000),
+	} {
+		c := e.open(t, "chains=ETH,BSC&lastEventId="+url.QueryEscape(id))
+		ev := c.nextEvent(t)
+		if ev.event != "reset" || ev.data != `{"chains":["ETH","BSC"]}` {
+			t.Fatalf("id %q: want a reset of both, got %+v", id, ev)
+		}
+		wantHead(t, c.nextEvent(t), "ETH", 2)
+		c.resp.Body.Close()
+	}
+	c := e.open(t, "chains=BSC", "Last-Event-ID", "junk\xe9")
+	if ev := c.nextEvent(t); ev.event != "reset" || ev.id != idOf(e, 2) {
+		t.Fatalf("want a reset with the newest id, got %+v", ev)
+	}
+	e.hub.Publish(headEvent("BSC", 3))
+	wantHead(t, c.nextEvent(t), "BSC", 3)
+}
+
+func TestParseID(t *testing.T) {
+	h := &Hub{epoch: "k3x", seq: 41}
+	f := func(id string, want uint64, wantOK bool) {
+		t.Helper()
+		got, ok := h.parseID([]byte(id))
+		if ok != wantOK || (ok && got != want) {
+			t.Errorf("parseID(%q) = %d, %v; want %d, %v", id, got, ok, want, wantOK)
+		}
+	}
+	f("k3x.0", 0, true)
+	f("k3x.41", 41, true)
+	f("k3x.0041", 41, true)
+	f("k3x.42", 0, false) // from the future
+	f("k3x.18446744073709551615", 0, false)
+	f("k3x.18446744073709551616", 0, false) // overflows
+	f("k3x.", 0, false)
+	f("k3x", 0, false)
+	f("", 0, false)
+	f(".1", 0, false)
+	f("k3y.1", 0, false)
+	f("K3X.1", 0, false)
+	f("k3x.1e3", 0, false)
+	f("k3x.0x1", 0, false)
+	f("k3x.1_0", 0, false)
+	f("k3x.٣", 0, false)
+	f("k3x.k3x.1", 0, false)
+	f("k3x."+strings.Repeat("0", 60)+"1", 0, false)
+}
+
+func TestEncoding(t *testing.T) {
+	ev := Event{Kind: Head, Chain: "ETH", Height: 7, Hash: "0x\"a\\b\nid: 1\r\n\ndata: x\x00\xff", Time: 9, Final: -1}
+	b := appendEvent(nil, "ep", 5, ev)
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n")
+	if len(lines) != 3 || lines[0] != "id: ep.5" || lines[1] != "event: head" || !strings.HasPrefix(lines[2], "data: ") {
+		t.Fatalf("frame %q", b)
+	}
+	var h head
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[2], "data: ")), &h); err != nil {
+		t.Fatalf("data %q: %v", lines[2], err)
+	}
+	if h.Hash != "0x\"a\\b\nid: 1\r\n\ndata: x\x00\ufffd" || h.Height != 7 || h.Time != 9 || h.Final != -1 {
+		t.Errorf("decoded %+v", h)
+	}
+	b = appendEvent(nil, "ep", 6, Event{Kind: Reorg, Chain: "BSC", Fork: 10, Depth: 3, Hash: "0xc"})
+	if want := "id: ep.6\nevent: reorg\ndata: {\"chain\":\"BSC\",\"fork\":10,\"depth\":3,\"hash\":\"0xc\"}\n\n"; string(b) != want {
+		t.Errorf("reorg frame %q, want %q", b, want)
+	}
+}
+
+// TestSlowSubscriberDropped: a subscriber that does not read is dropped
+// when its buffer fills; one that reads gets every event meanwhile.
+func TestSlowSubscriberDropped(t *testing.T) {
+	e := start(t, Options{Buffer: 4, WriteTimeout: time.Minute}, nil, smallSendBuffers)
+	fast := e.open(t, "chains=ETH")
+	e.stuck(t, "chains=ETH")
+	testkit.WaitFor(t, "two subscribers", func() bool { return e.subscribers("ETH") == 2 })
+	pad := strings.Repeat("f", 4000) // fills the slow one's socket sooner
+	for i := int64(1); e.drops("slow") == 0; i++ {
+		if i > 2000 {
+			t.Fatal("the slow subscriber was never dropped")
+		}
+		ev := headEvent("ETH", i)
+		ev.Hash = pad
+		e.hub.Publish(ev)
+		wantHead(t, fast.nextEvent(t), "ETH", i)
+	}
+	if e.subscribers("ETH") != 1 || e.drops("timeout") != 0 {
+		t.Errorf("subscribers %v, timeouts %v; want 1 and 0", e.subscribers("ETH"), e.drops("timeout"))
+	}
+	e.hub.Publish(headEvent("ETH", 1e6))
+	wantHead(t, fast.nextEvent(t), "ETH", 1e6)
+}
+
+// TestStuckWriteTimesOut: a write to a client that does not read ends at
+// WriteTimeout, and the subscriber is dropped (reason timeout) while its
+// buffer still has room.
+func TestStuckWriteTimesOut(t *testing.T) {
+	e := start(t, Options{Buffer: 1024, WriteTimeout: 200 * time.Millisecond, Heartbeat: time.Hour}, nil, smallSendBuffers)
+	fast := e.open(t, "chains=ETH")
+	e.stuck(t, "chains=ETH")
+	testkit.WaitFor(t, "two subscribers", func() bool { return e.subscribers("ETH") == 2 })
+	pad := strings.Repeat("f", 4000)
+	for i := int64(1); i <= 200; i++ { // 800 KB: more than the sockets hold
+		ev := headEvent("ETH", i)
+		ev.Hash = pad
+		e.hub.Publish(ev)
+		wantHead(t, fast.nextEvent(t), "ETH", i)
+	}
+	testkit.WaitFor(t, "a timeout", func() bool { return e.drops("timeout") == 1 })
+	if e.drops("slow") != 0 || e.subscribers("ETH") != 1 {
+		t.Errorf("slow drops %v, subscribers %v; want 0 and 1", e.drops("slow"), e.subscribers("ETH"))
+	}
+}
+
+func TestCaps(t *testing.T) {
+	e := start(t, Options{MaxSubscribers: 3, MaxPerIP: 2, RetryHint: 1500 * time.Millisecond, Heartbeat: 20 * time.Millisecond}, nil, nil)
+	a1 := e.open(t, "chains=ETH", testIP, "192.0.2.1")
+	e.open(t, "chains=ETH", testIP, "192.0.2.1")
+	_, resp := e.try(t, "chains=BSC", testIP, "192.0.2.1")
+	body, _ := io.ReadAll(resp.Body)
+	testkit.CheckEnvelope(t, "per IP", resp.StatusCode, body, 429, "50011", "address")
+	if resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("429 Retry-After %q, want 2", resp.Header.Get("Retry-After"))
+	}
+	e.open(t, "chains=BSC", testIP, "2001:db8::1")
+	_, resp = e.try(t, "chains=ETH", testIP, "192.0.2.9")
+	body, _ = io.ReadAll(resp.Body)
+	testkit.CheckEnvelope(t, "node full", resp.StatusCode, body, 503, "50001", "capacity")
+	if resp.Header.Get("Retry-After") != "2" {
+		t.Errorf("503 Retry-After %q, want 2", resp.Header.Get("Retry-After"))
+	}
+	if e.refusals("max_per_ip") != 1 || e.refusals("max_subscribers") != 1 {
+		t.Errorf("refusals: per ip %v, full %v", e.refusals("max_per_ip"), e.refusals("max_subscribers"))
+	}
+	// A client that leaves frees its place once a write finds it gone
+	// (the next heartbeat).
+	a1.resp.Body.Close()
+	testkit.WaitFor(t, "the place freed", func() bool { return e.subscribers("ETH") == 1 })
+	e.open(t, "chains=ETH", testIP, "192.0.2.1")
+}
+
+func TestHeartbeat(t *testing.T) {
+	e := start(t, Options{Heartbeat: 20 * time.Millisecond}, nil, nil)
+	c := e.open(t, "chains=ETH")
+	for range 3 {
+		if ev := c.next(t); ev != (sse{event: "comment", data: "hb"}) {
+			t.Fatalf("want a heartbeat, got %+v", ev)
+		}
+	}
+}
+
+// TestServerTimeoutsDoNotCutStreams: a stream outlives the server's
+// ReadTimeout, WriteTimeout and IdleTimeout many times over.
+func TestServerTimeoutsDoNotCutStreams(t *testing.T) {
+	const serverTimeout = 100 * time.Millisecond
+	e := start(t, Options{Heartbeat: serverTimeout}, func(s *fasthttp.Server) {
+		s.ReadTimeout, s.WriteTimeout, s.IdleTimeout = serverTimeout, serverTimeout, serverTimeout
+		s.Concurrency = 1 // a stream takes no worker: a request is still served
+	}, nil)
+	c := e.open(t, "chains=ETH")
+	began := time.Now()
+	for time.Since(began) < 10*serverTimeout {
+		if ev := c.next(t); ev.event != "comment" {
+			t.Fatalf("want heartbeats, got %+v", ev)
+		}
+	}
+	other := e.open(t, "chains=BSC")
+	e.hub.Publish(headEvent("ETH", 1))
+	e.hub.Publish(headEvent("BSC", 2))
+	wantHead(t, c.nextEvent(t), "ETH", 1)
+	wantHead(t, other.nextEvent(t), "BSC", 2)
+}
+
+// TestDrain: every stream gets a retry: hint within [RetryHint,
+// 2*RetryHint) and ends; new streams are refused with Retry-After.
+func TestDrain(t *testing.T) {
+	e := start(t, Options{RetryHint: 2 * time.Second, Heartbeat: time.Hour}, nil, nil)
+	var cs []*client
+	for range 5 {
+		cs = append(cs, e.open(t, "chains=ETH"))
+	}
+	testkit.WaitFor(t, "five subscribers", func() bool { return e.subscribers("ETH") == 5 })
+	e.hub.Drain()
+	for _, c := range cs {
+		got := c.end(t)
+		if len(got) != 1 || got[0].retry == "" {
+			t.Fatalf("want a retry hint alone, got %+v", got)
+		}
+		if ms, err := strconv.Atoi(got[0].retry); err != nil || ms < 2000 || ms >= 4000 {
+			t.Errorf("retry %q, want 2000-3999 ms", got[0].retry)
+		}
+	}
+	_, resp := e.try(t, "chains=ETH")
+	body, _ := io.ReadAll(resp.Body)
+	testkit.CheckEnvelope(t, "draining", resp.StatusCode, body, 503, "50001", "draining")
+	if resp.Header.Get("Retry-After") != "2" || e.refusals("draining") != 1 {
+		t.Errorf("Retry-After %q, refusals %v", resp.Header.Get("Retry-After"), e.refusals("draining"))
+	}
+	testkit.WaitFor(t, "no subscribers", func() bool { return e.subscribers("ETH") == 0 })
+}
+
+// TestClose: Close ends every stream at once, with readers and without.
+func TestClose(t *testing.T) {
+	e := start(t, Options{Heartbeat: time.Hour}, nil, nil)
+	var cs []*client
+	for range 20 {
+		cs = append(cs, e.open(t, "chains=ETH,BSC"))
+	}
+	e.stuck(t, "chains=ETH")
+	testkit.WaitFor(t, "21 subscribers", func() bool { return e.subscribers("ETH") == 21 })
+	began := time.Now()
+	e.hub.Close()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	for _, c := range cs {
+		if got := c.end(t); len(got) != 0 {
+			t.Errorf("after Close: %+v", got)
+		}
+	}
+	if e.subscribers("ETH") != 0 || e.subscribers("BSC") != 0 {
+		t.Errorf("subscribers left: %v %v", e.subscribers("ETH"), e.subscribers("BSC"))
+	}
+	e.hub.Publish(headEvent("ETH", 1)) // ignored
+	e.hub.Close()                      // again: nothing
+	_, resp := e.try(t, "chains=ETH")
+	if resp.StatusCode != 503 {
+		t.Errorf("after Close: %d", resp.StatusCode)
+	}
+}
+
+// TestServerShutdown: the server's Shutdown does not wait for streams,
+// and they end with a retry hint as on Drain (ctx.Done).
+func TestServerShutdown(t *testing.T) {
+	e := start(t, Options{Heartbeat: time.Hour}, nil, nil)
+	c := e.open(t, "chains=ETH")
+	testkit.WaitFor(t, "a subscriber", func() bool { return e.subscribers("ETH") == 1 })
+	began := time.Now()
+	if err := e.srv.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Shutdown took %v", d)
+	}
+	if got := c.end(t); len(got) != 1 || got[0].retry == "" {
+		t.Errorf("want a retry hint, got %+v", got)
+	}
+}
+
+func TestOnListen(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	e := start(t, Options{Heartbeat: 20 * time.Millisecond, OnListen: func(chain string, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, fmt.Sprintf("%s %v", chain, on))
+	}}, nil, nil)
+	seen := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(calls, " ")
+	}
+	a := e.open(t, "chains=ETH,BSC")
+	b := e.open(t, "chains=ETH")
+	testkit.WaitFor(t, "both listening", func() bool { return seen() == "ETH true BSC true" })
+	if !e.hub.Listening("ETH") || !e.hub.Listening("BSC") || e.hub.Listening("SOL") {
+		t.Error("Listening")
+	}
+	a.resp.Body.Close()
+	testkit.WaitFor(t, "BSC idle", func() bool { return seen() == "ETH true BSC true BSC false" })
+	b.resp.Body.Close()
+	testkit.WaitFor(t, "ETH idle", func() bool { return seen() == "ETH true BSC true BSC false ETH false" })
+	if e.hub.Listening("ETH") {
+		t.Error("ETH still listening")
+	}
+}
+
+// TestHeldWrite: on the public listener's connections (tcpio), an event
+// whose write is exactly tcpio.WriteChunk bytes arrives at once, not with
+// the next heartbeat.
+func TestHeldWrite(t *testing.T) {
+	if heldWrite != tcpio.WriteChunk {
+		t.Fatalf("heldWrite %d, tcpio.WriteChunk %d", heldWrite, tcpio.WriteChunk)
+	}
+	e := start(t, Options{Heartbeat: time.Hour}, func(s *fasthttp.Server) { s.WriteBufferSize = tcpio.WriteChunk }, tcpio.Listener)
+	c := e.open(t, "chains=ETH")
+	ev := headEvent("ETH", 1)
+	n := len(appendEvent(nil, e.hub.epoch, 1, ev))
+	ev.Hash += strings.Repeat("a", heldWrite-n)
+	if n := len(appendEvent(nil, e.hub.epoch, 1, ev)); n != heldWrite {
+		t.Fatalf("frame of %d bytes", n)
+	}
+	e.hub.Publish(ev)
+	wantHead(t, c.nextEvent(t), "ETH", 1)
+}
+
+// TestConcurrentPublish: publishers, subscribers coming and going and the
+// heartbeat at once (for -race); every stream sees its ids in order.
+func TestConcurrentPublish(t *testing.T) {
+	e := start(t, Options{Heartbeat: time.Millisecond, Buffer: 1024}, nil, nil)
+	stop := make(chan struct{})
+	var pubs, subs sync.WaitGroup
+	for _, chain := range []string{"ETH", "BSC"} {
+		pubs.Go(func() {
+			for i := int64(1); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+					e.hub.Publish(headEvent(chain, i))
+				}
+			}
+		})
+	}
+	for range 6 {
+		c := e.open(t, "chains=ETH,BSC")
+		subs.Go(func() {
+			defer c.resp.Body.Close()
+			last := uint64(0)
+			for n := 0; n < 100; {
+				ev, ok := <-c.events
+				if !ok {
+					return // dropped as slow: allowed, the order is what is checked
+				}
+				if ev.event == "comment" {
+					continue
+				}
+				n++
+				_, id, _ := strings.Cut(ev.id, ".")
+				s, _ := strconv.ParseUint(id, 10, 64)
+				if s <= last {
+					t.Errorf("id %d after %d", s, last)
+					return
+				}
+				last = s
+			}
+		})
+	}
+	subs.Wait()
+	close(stop)
+	pubs.Wait()
+}
