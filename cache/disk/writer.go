@@ -390,7 +390,9 @@ func (w *txn) deleteMatching(match func(*cache.Entry) bool) int {
 		}
 	}
 	for _, k := range hit {
-		w.removeIndexed(k, w.o.Get(k))
+		if v := w.o.Get(k); v != nil {
+			w.removeIndexed(k, v)
+		}
 	}
 	w.deleted += int64(n)
 	return n
