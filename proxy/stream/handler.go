@@ -70,13 +70,22 @@ func (h *Hub) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	setStreamHeaders(ctx)
 	done := ctx.Done() // closed by the server's Shutdown
+	conn := ctx.Conn()
 	// No response from the server: it would be written with a length. The
 	// hijack handler writes the headers itself; with no response to
 	// write, the server hijacks even a request that asked to close.
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		// ctx is the server's until this returns; its headers are final.
-		start := append(ctx.Response.Header.Header(), replay...)
+		// ctx is the server's until this returns; its headers are final
+		// now. The copy outlives ctx.
+		hdr := ctx.Response.Header.Header()
+		start := append(append(make([]byte, 0, len(hdr)+len(replay)), hdr...), replay...)
+		if h.opt.KeptConns {
+			// The server forgets the connection when this returns, and
+			// with it the request's buffers; c holds the read buffer.
+			go h.serve(conn, s, start, done)
+			return
+		}
 		h.serve(c, s, start, done)
 	})
 }
@@ -177,6 +186,7 @@ func (h *Hub) unknownChain(name []byte) string {
 func (h *Hub) serve(c net.Conn, s *sub, start []byte, done <-chan struct{}) {
 	defer h.wg.Done()
 	err := h.loop(c, s, start, done)
+	c.Close() // the server closes it too, unless it keeps hijacked connections
 	if h.leave(s) && errors.Is(err, os.ErrDeadlineExceeded) {
 		h.m.dropped(reasonTimeout)
 	}

@@ -69,6 +69,15 @@ type Options struct {
 	OnListen func(chain string, listening bool)
 	// Metrics records the explorer_edge_stream_* families. nil: none.
 	Metrics *Metrics
+	// KeptConns says that the server keeps hijacked connections
+	// (fasthttp.Server.KeepHijackedConns): a stream then holds its
+	// connection alone, not the request's read buffer and context, which
+	// fasthttp otherwise keeps until the stream ends (the edge's 8 KB
+	// read buffer, server.max_header_bytes: 17 KB against 6 KB per idle
+	// stream, TestIdleMemory). Set it together with the server's flag,
+	// never alone: a server that does not keep its hijacked connections
+	// closes each stream as it starts.
+	KeptConns bool
 }
 
 func (o *Options) defaults() {

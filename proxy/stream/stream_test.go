@@ -618,3 +618,50 @@ func TestConcurrentPublish(t *testing.T) {
 	close(stop)
 	pubs.Wait()
 }
+
+// TestKeptConns: on a server that keeps hijacked connections, streams
+// run on their own connection (KeptConns): events, a resume, a stuck
+// client's timeout, Drain and Close as on any server, and every
+// connection closed by the hub.
+func TestKeptConns(t *testing.T) {
+	kept := func(s *fasthttp.Server) { s.KeepHijackedConns = true }
+	e := start(t, Options{KeptConns: true, Buffer: 1024, WriteTimeout: 200 * time.Millisecond, Heartbeat: time.Hour}, kept, smallSendBuffers)
+	c := e.open(t, "chains=ETH,BSC")
+	e.stuck(t, "chains=ETH")
+	testkit.WaitFor(t, "two subscribers", func() bool { return e.subscribers("ETH") == 2 })
+	pad := strings.Repeat("f", 4000)
+	var last string
+	for i := int64(1); i <= 200; i++ {
+		ev := headEvent("ETH", i)
+		ev.Hash = pad
+		e.hub.Publish(ev)
+		got := c.nextEvent(t)
+		wantHead(t, got, "ETH", i)
+		if i == 100 {
+			last = got.id
+		}
+	}
+	testkit.WaitFor(t, "a timeout", func() bool { return e.drops("timeout") == 1 })
+	r := e.open(t, "chains=ETH", "Last-Event-ID", last)
+	for i := int64(101); i <= 200; i++ {
+		wantHead(t, r.nextEvent(t), "ETH", i)
+	}
+	e.hub.Drain()
+	for _, s := range []*client{c, r} {
+		if got := s.end(t); len(got) != 1 || got[0].retry == "" {
+			t.Errorf("want a retry hint, got %+v", got)
+		}
+	}
+
+	e = start(t, Options{KeptConns: true, Heartbeat: time.Hour}, kept, nil)
+	c = e.open(t, "chains=ETH")
+	testkit.WaitFor(t, "a subscriber", func() bool { return e.subscribers("ETH") == 1 })
+	began := time.Now()
+	e.hub.Close()
+	if d := time.Since(began); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if got := c.end(t); len(got) != 0 {
+		t.Errorf("after Close: %+v", got)
+	}
+}
