@@ -24,6 +24,7 @@ import (
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/node"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
@@ -560,7 +561,7 @@ func TestFleetLockBounds(t *testing.T) {
 		t.Cleanup(c.Close)
 		m := metrics.New(route.Names(), cfg.Chains, c)
 		m.RegisterShared()
-		r, err := fleet.New(fleetConfig(cfg), m, nil)
+		r, err := fleet.New(node.FleetConfig(cfg), m, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -643,7 +644,7 @@ func TestFleetStartsBeforeRedis(t *testing.T) {
 	defer c.Close()
 	m := metrics.New(route.Names(), cfg.Chains, c)
 	m.RegisterShared()
-	r, err := fleet.New(fleetConfig(cfg), m, nil)
+	r, err := fleet.New(node.FleetConfig(cfg), m, nil)
 	if err != nil {
 		t.Fatalf("Redis down at start must not stop the node: %v", err)
 	}

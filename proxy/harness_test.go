@@ -18,6 +18,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
+	"explorer-edge/proxy/node"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -71,8 +72,8 @@ type harness struct {
 	rec   *recorder
 	clock *clock
 	cfg   config.Config
-	node  *Node
-	p     *Proxy           // node.Proxy()
+	node  *node.Node
+	p     *Proxy           // the node's request core
 	m     *metrics.Metrics // node.Metrics()
 	cache *cache.Cache     // node.Cache()
 	addr  string           // node.Addr()
@@ -153,12 +154,21 @@ func (h *harness) startWith(extend func(*Options) (cleanup func())) {
 	h.startNode(NodeOptions{Extend: func(o *Options) { cleanup = extend(o) }})
 }
 
+// NodeOptions are node.Options and, beside them, Extend: it changes the
+// proxy's options (Options) just before New, to put in a collaborator of
+// the test's: a budget that counts, a tier that panics or wraps the
+// fleet's.
+type NodeOptions struct {
+	node.Options
+	Extend func(*Options)
+}
+
 // startNode starts an edge for h.cfg with Start, serving on free loopback
 // ports through the production listeners and servers, and closes it at
 // the end of the test. The harness sets o's Logger (h.log), Now (the test
 // clock), listeners and NoSelfCheck: the self-check's calls would count in
 // upstreamCalls (the self-check tests call SelfCheck).
-func (h *harness) startNode(o NodeOptions) *Node {
+func (h *harness) startNode(o NodeOptions) *node.Node {
 	t := h.t
 	t.Helper()
 	if err := h.cfg.Validate(); err != nil {
@@ -166,12 +176,21 @@ func (h *harness) startNode(o NodeOptions) *Node {
 	}
 	o.Logger, o.Now, o.NoSelfCheck = h.log, h.clock.Now, true
 	o.Listener, o.AdminListener = listenLoopback(t), listenLoopback(t)
-	n, err := Start(h.cfg, o)
+	o.Core = func(cfg config.Config, parts node.Parts) (node.Core, error) {
+		opts := OptionsOf(parts)
+		if o.Extend != nil {
+			o.Extend(&opts)
+		}
+		p, err := New(cfg, opts)
+		h.p = p
+		return p, err
+	}
+	n, err := Start(h.cfg, o.Options)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(context.Background()) })
-	h.node, h.p, h.m, h.cache, h.addr = n, n.Proxy(), n.Metrics(), n.Cache(), n.Addr()
+	h.node, h.m, h.cache, h.addr = n, n.Metrics(), n.Cache(), n.Addr()
 	h.hc = &fasthttp.Client{MaxConnsPerHost: 512, ReadTimeout: 10 * time.Second}
 	return n
 }

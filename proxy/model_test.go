@@ -19,6 +19,7 @@ import (
 
 	"explorer-edge/config"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/node"
 	"explorer-edge/signer"
 	"explorer-edge/sim"
 )
@@ -166,7 +167,7 @@ func (m *chainModel) startMirror(base func() *harness) string {
 
 func (m *chainModel) startNode() {
 	e := &fleetEdge{harness: m.h.sibling()}
-	e.shared = e.startNode(NodeOptions{Tracer: m.tp}).Fleet()
+	e.shared = e.startNode(NodeOptions{Options: node.Options{Tracer: m.tp}}).Fleet()
 	m.nodes = append(m.nodes, &modelNode{e: e, live: true})
 }
 

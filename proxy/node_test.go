@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"explorer-edge/proxy/node"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +22,7 @@ func TestNodeServesReloadsAndCloses(t *testing.T) {
 	h := newUpstream(t, nil)
 	cfg := h.cfg
 	cfg.Listen, cfg.AdminListen = "127.0.0.1:0", "localhost:0"
-	n, err := Start(cfg, NodeOptions{})
+	n, err := Start(cfg, node.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +30,8 @@ func TestNodeServesReloadsAndCloses(t *testing.T) {
 	if calls := h.upstreamCalls(); calls != 1 {
 		t.Errorf("%d upstream calls before serving, want the self-check's 1", calls)
 	}
-	if n.Fleet() != nil || n.Proxy() == nil || n.Cache() == nil || n.Metrics() == nil {
-		t.Fatalf("fleet %v, proxy %v, cache %v, metrics %v", n.Fleet(), n.Proxy(), n.Cache(), n.Metrics())
+	if n.Fleet() != nil || n.Core() == nil || n.Cache() == nil || n.Metrics() == nil {
+		t.Fatalf("fleet %v, proxy %v, cache %v, metrics %v", n.Fleet(), n.Core(), n.Cache(), n.Metrics())
 	}
 	get := func(addr, target string) (int, string) {
 		t.Helper()
@@ -98,7 +99,7 @@ func TestNodeStartFailsClean(t *testing.T) {
 	given := listenLoopback(t)
 	cfg := h.cfg
 	cfg.AdminListen = taken.Addr().String()
-	if _, err := Start(cfg, NodeOptions{Listener: given, NoSelfCheck: true}); err == nil {
+	if _, err := Start(cfg, node.Options{Listener: given, NoSelfCheck: true}); err == nil {
 		t.Fatal("Start on a taken admin address succeeded")
 	}
 	if _, err := given.Accept(); !errors.Is(err, net.ErrClosed) {

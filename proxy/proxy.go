@@ -42,7 +42,7 @@ type settings struct {
 	ttl         [route.Count]cache.TTLs
 	routePolicy bool // cache.policy "route": one TTL per route
 	auth        *admission.Rules
-	memo        *uriMemo        // what raw URIs parsed to under these settings
+	memo        *route.Memo     // what raw URIs parsed to under these settings
 	cors        *admission.CORS // nil: no CORS headers
 	purgeToken  *[32]byte       // digest of admin.purge_token; nil: purge is off
 }
@@ -159,7 +159,7 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	if err := route.CheckConfig(&cfg); err != nil {
 		return nil, err
 	}
-	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: newURIMemo(), cors: admission.NewCORS(cfg.CORS)}
+	s := &settings{cfg: cfg, routePolicy: cfg.Cache.Policy == "route", memo: route.NewMemo(), cors: admission.NewCORS(cfg.CORS)}
 	for _, c := range cfg.Chains {
 		s.chains = append(s.chains, strings.ToUpper(strings.TrimSpace(c)))
 	}
@@ -282,10 +282,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 		return nil
 	}
 	uri := ctx.Request.Header.RequestURI()
-	m := s.memo.lookup(uri)
+	m := s.memo.Lookup(uri)
 	var r *route.Route
 	if m != nil {
-		r = m.route
+		r = m.Route
 	} else if r = route.ByPath(ctx.Path()); r == nil {
 		p.fail(ctx, s, route.Unknown, start, envelope.ErrNotFound)
 		return nil
@@ -330,7 +330,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 		return c
 	}
 	if m == nil {
-		s.memo.store(uri, q.Key, r)
+		s.memo.Store(uri, q.Key, r)
 	}
 	p.serve(ctx, s, q, start)
 	return c
@@ -338,19 +338,19 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 
 // serveFresh answers a remembered URI when its entry is fresh. Anything else
 // (stale, missing) takes the whole path.
-func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, s *settings, q *query, m *memoEntry, start time.Time) bool {
+func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, s *settings, q *query, m *route.Remembered, start time.Time) bool {
 	now := p.judgedAt(start)
-	e := p.cache.GetString(m.key)
+	e := p.cache.GetString(m.Key)
 	state := e.StateAt(now.UnixNano())
 	if state != cache.Fresh {
 		return false
 	}
 	if q.trace != nil {
-		p.traceCache(q.trace, []byte(m.key), state, start)
+		p.traceCache(q.trace, []byte(m.Key), state, start)
 	}
-	p.ops.top.Sample(m.key, m.route.ID, now.UnixNano())
+	p.ops.top.Sample(m.Key, m.Route.ID, now.UnixNano())
 	p.writeEntry(ctx, s, q, e, now, statusHit)
-	p.answered(ctx, s, m.route.ID, metrics.ResultHit, entryCode(e), start)
+	p.answered(ctx, s, m.Route.ID, metrics.ResultHit, entryCode(e), start)
 	return true
 }
 

@@ -14,6 +14,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/node"
 	"explorer-edge/sim"
 )
 
@@ -24,7 +25,7 @@ import (
 func startPurgeEdge(base *harness, addr string, tune func(*fleet.Config)) *fleetEdge {
 	e := &fleetEdge{harness: base.sibling()}
 	e.cfg.Shared.RedisAddr = addr
-	e.shared = e.startNode(NodeOptions{Fleet: purgeFleet(tune)}).Fleet()
+	e.shared = e.startNode(NodeOptions{Options: node.Options{Fleet: purgeFleet(tune)}}).Fleet()
 	return e
 }
 

@@ -17,6 +17,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/internal/testkit"
+	"explorer-edge/proxy/node"
 	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
@@ -90,7 +91,7 @@ func startTrustEdge(base *harness, addr string, logs *testkit.LogBuffer, tune fu
 	e := &fleetEdge{harness: base.sibling()}
 	e.log = slog.New(slog.NewJSONHandler(logs, nil))
 	e.cfg.Shared.RedisAddr = addr
-	e.shared = e.startNode(NodeOptions{Fleet: purgeFleet(tune)}).Fleet()
+	e.shared = e.startNode(NodeOptions{Options: node.Options{Fleet: purgeFleet(tune)}}).Fleet()
 	return e
 }
 

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"explorer-edge/config"
+	"explorer-edge/proxy/node"
 	"explorer-edge/proxy/tracing"
 )
 
@@ -29,7 +30,7 @@ func tracedEdge(t *testing.T, h *harness) (*harness, *tracetest.InMemoryExporter
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	e := h.sibling()
-	e.startNode(NodeOptions{Tracer: tp})
+	e.startNode(NodeOptions{Options: node.Options{Tracer: tp}})
 	return e, exp
 }
 
@@ -177,7 +178,7 @@ func TestTracingToOTLPReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := h.sibling()
-	e.startNode(NodeOptions{Tracer: tp})
+	e.startNode(NodeOptions{Options: node.Options{Tracer: tp}})
 	if r := e.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=6"); r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
@@ -225,7 +226,7 @@ func BenchmarkHitTraced(b *testing.B) {
 				sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
 			defer tp.Shutdown(context.Background())
 			e := h.sibling()
-			e.startNode(NodeOptions{Tracer: tp})
+			e.startNode(NodeOptions{Options: node.Options{Tracer: tp}})
 			target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=20"
 			if r := e.get(target); r.status != 200 {
 				b.Fatalf("warm: %d %s", r.status, r.body)
@@ -244,7 +245,7 @@ func TestTracingFleetTierCalls(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	e := h.sibling()
-	e.startNode(NodeOptions{Tracer: tp})
+	e.startNode(NodeOptions{Options: node.Options{Tracer: tp}})
 	if r := e.get("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=9"); r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}

@@ -25,6 +25,7 @@ import (
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy"
+	"explorer-edge/proxy/node"
 	"explorer-edge/proxy/route"
 )
 
@@ -165,7 +166,7 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
-	node, err := proxy.Start(cfg, proxy.NodeOptions{Logger: log, Level: level, Register: processMetrics(cfg.Cache.MaxBytes)})
+	edge, err := proxy.Start(cfg, node.Options{Logger: log, Level: level, Register: processMetrics(cfg.Cache.MaxBytes)})
 	if err != nil {
 		return err
 	}
@@ -179,21 +180,21 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 		select {
 		case s := <-sigs:
 			if s == syscall.SIGHUP {
-				reloadFile(node, path, nofile)
+				reloadFile(edge, path, nofile)
 				continue
 			}
-			return shutdown(node, log)
+			return shutdown(edge, log)
 		case <-changes:
 			settle = time.After(watchSettle)
 		case <-settle:
 			settle = nil
-			reloadFile(node, path, nofile)
+			reloadFile(edge, path, nofile)
 		case <-stop:
-			return shutdown(node, log)
-		case err := <-node.Err(): // a listener failed
-			ctx, cancel := context.WithTimeout(context.Background(), node.Config().ShutdownTimeout)
+			return shutdown(edge, log)
+		case err := <-edge.Err(): // a listener failed
+			ctx, cancel := context.WithTimeout(context.Background(), edge.Config().ShutdownTimeout)
 			defer cancel()
-			node.Close(ctx)
+			edge.Close(ctx)
 			return err
 		}
 	}
@@ -272,7 +273,7 @@ func watchConfig(cfg config.Config, path string, log *slog.Logger) (changes <-ch
 }
 
 // reloadFile reloads the file at path into node (SIGHUP, watch_config).
-func reloadFile(node *proxy.Node, path string, nofile uint64) {
+func reloadFile(n *node.Node, path string, nofile uint64) {
 	next, err := loadConfig(path)
 	if err == nil {
 		// The same limit lowers the same max_conns: unchanged, it does
@@ -280,21 +281,21 @@ func reloadFile(node *proxy.Node, path string, nofile uint64) {
 		_, err = fitDescriptors(&next, nofile)
 	}
 	if err != nil {
-		node.RefuseReload(err)
+		n.RefuseReload(err)
 		return
 	}
-	node.Reload(next)
+	n.Reload(next)
 }
 
 // shutdown drains node: it stops accepting, lets in-flight requests and
 // background refreshes finish within shutdown_timeout, then closes it.
 // Past that time the process exits with them still running.
-func shutdown(node *proxy.Node, log *slog.Logger) error {
-	timeout := node.Config().ShutdownTimeout
+func shutdown(n *node.Node, log *slog.Logger) error {
+	timeout := n.Config().ShutdownTimeout
 	log.Info("draining", "timeout", timeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	err := node.Close(ctx)
+	err := n.Close(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		log.Warn("drain timed out; requests or refreshes still in flight were cut", "timeout", timeout)
 		return nil

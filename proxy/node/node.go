@@ -1,4 +1,10 @@
-package proxy
+// Package node is the composition root: Start wires an edge from its
+// configuration (cache, metrics, tracing, the fleet tier, the request core,
+// the self-check, both listeners and servers) the same way for the binary
+// and for the tests. The request core is made by the function of
+// Options.Core (proxy.Build), so that this package does not import it and
+// the core's own tests can start whole edges.
+package node
 
 import (
 	"context"
@@ -20,7 +26,6 @@ import (
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
 	"explorer-edge/proxy/tracing"
-	"explorer-edge/proxy/upstream"
 )
 
 // The composition root: Start wires an edge from its configuration (cache,
@@ -32,9 +37,12 @@ import (
 // process-wide state, except OpenTelemetry's error handler when it builds
 // a tracer provider from tracing.otlp_endpoint (tracing.NewTracerProvider).
 
-// NodeOptions are what Start takes beside the configuration. The zero value
-// starts an edge as the binary does, logging nowhere.
-type NodeOptions struct {
+// Options are what Start takes beside the configuration. Core is
+// required; with the rest at their zero values Start starts an edge as the
+// binary does, logging nowhere.
+type Options struct {
+	// Core makes the request core from the parts Start built (proxy.Build).
+	Core   func(cfg config.Config, parts Parts) (Core, error)
 	Logger *slog.Logger // nil = discard
 	// Level is the level Logger's handler reads: a reload sets it to the
 	// new log.level before it logs. nil = a reload leaves the level alone.
@@ -52,10 +60,6 @@ type NodeOptions struct {
 	// upstream.*) before it connects; nil = as configured. Only in fleet
 	// mode (shared.redis_addr set).
 	Fleet func(*fleet.Config)
-	// Extend changes the proxy's options (Options) just before New, to put
-	// in a collaborator of the caller's: a budget that counts, a tier that
-	// panics or wraps the fleet's. nil = the options Start built.
-	Extend func(*Options)
 	// Register adds series of the process's own (build_info,
 	// memory_bound_bytes) to the node's metrics before anything is
 	// served; nil = none.
@@ -67,10 +71,33 @@ type NodeOptions struct {
 	NoSelfCheck bool
 }
 
-// Node is one running edge: the proxy and what it was built with, serving
-// on both ports. Start it with Start; Close it.
+// Parts are what Start builds for the request core.
+type Parts struct {
+	Cache   *cache.Cache
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time     // nil = time.Now
+	Tracer  trace.TracerProvider // nil = tracing off
+	Shared  *fleet.Redis         // the shared tier; nil on a single node
+}
+
+// Core is what the node asks of the request core (proxy.Proxy).
+type Core interface {
+	SelfCheck(ctx context.Context) error
+	RetrySelfCheck(ctx context.Context, every time.Duration)
+	Listener(ln net.Listener, cfg server.ListenerConfig) net.Listener
+	NewServer(cfg config.Server) *fasthttp.Server
+	NewAdminServer(cfg config.Config) *fasthttp.Server
+	Reload(cfg config.Config) error
+	NoteReload(err error)
+	SetDraining(draining bool)
+	Close(ctx context.Context) error
+}
+
+// Node is one running edge: the request core and what it was built with,
+// serving on both ports. Start it with Start; Close it.
 type Node struct {
-	p       *Proxy
+	p       Core
 	cache   *cache.Cache
 	metrics *metrics.Metrics
 	shared  *fleet.Redis             // nil on a single node
@@ -104,7 +131,7 @@ const tracerFlushTimeout = 5 * time.Second
 // then the public and admin listeners, each guarded by its connection caps
 // (Listener). Redis being down is no error in fleet mode: the node serves
 // alone until it answers.
-func Start(cfg config.Config, o NodeOptions) (_ *Node, err error) {
+func Start(cfg config.Config, o Options) (_ *Node, err error) {
 	n := &Node{log: o.Logger, level: o.Level, current: cfg, ln: o.Listener, adminLn: o.AdminListener}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -114,14 +141,11 @@ func Start(cfg config.Config, o NodeOptions) (_ *Node, err error) {
 			n.release()
 		}
 	}()
-	opts, err := n.collaborators(cfg, o)
+	parts, err := n.collaborators(cfg, o)
 	if err != nil {
 		return nil, err
 	}
-	if o.Extend != nil {
-		o.Extend(&opts)
-	}
-	if n.p, err = New(cfg, opts); err != nil {
+	if n.p, err = o.Core(cfg, parts); err != nil {
 		return nil, err
 	}
 	if !o.NoSelfCheck {
@@ -136,52 +160,48 @@ func Start(cfg config.Config, o NodeOptions) (_ *Node, err error) {
 	return n, nil
 }
 
-// collaborators builds what New takes beside the configuration: the cache,
-// the metrics, the tracer provider and, in fleet mode, the shared tier and
-// its budgets.
-func (n *Node) collaborators(cfg config.Config, o NodeOptions) (Options, error) {
+// collaborators builds what the request core takes beside the
+// configuration: the cache, the metrics, the tracer provider and, in fleet
+// mode, the shared tier.
+func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 	var err error
 	n.cache, err = cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes, IdentityBytes: cfg.Cache.IdentityBytes})
 	if err != nil {
-		return Options{}, err
+		return Parts{}, err
 	}
 	n.metrics = metrics.New(route.Names(), cfg.Chains, n.cache)
 	if o.Register != nil {
 		o.Register(n.metrics)
 	}
-	opts := Options{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer}
+	parts := Parts{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer}
 	if o.Tracer == nil && cfg.Tracing.OTLPEndpoint != "" {
 		tp, err := tracing.NewTracerProvider(cfg.Tracing, o.Logger)
 		if err != nil {
-			return Options{}, err
+			return Parts{}, err
 		}
-		n.tracer, opts.Tracer = tp, tp
+		n.tracer, parts.Tracer = tp, tp
 		n.log.Info("tracing on", "otlp_endpoint", config.Redact(cfg.Tracing.OTLPEndpoint), "sample_ratio", cfg.Tracing.SampleRatio)
 	}
 	if cfg.Shared.RedisAddr != "" {
 		// Fleet mode: Redis is the second cache tier, the fleet's one
 		// upstream budget and its fetch locks.
 		n.metrics.RegisterShared()
-		fc := fleetConfig(cfg)
+		fc := FleetConfig(cfg)
 		if o.Fleet != nil {
 			o.Fleet(&fc)
 		}
 		if n.shared, err = fleet.New(fc, n.metrics, n.log); err != nil {
-			return Options{}, err
+			return Parts{}, err
 		}
-		shared := n.shared
-		opts.Tier, opts.Fleet, opts.Budget = shared, shared, shared.Budget()
-		opts.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
-			return shared.AccountBudget(name, rate, burst)
-		}
+		parts.Shared = n.shared
 	}
-	return opts, nil
+	return parts, nil
 }
 
-// fleetConfig takes the shared tier's settings from the configuration: the
+// FleetConfig takes the shared tier's settings from the configuration: the
 // composition root adapts the one to the other, so fleet knows nothing of
 // the configuration file.
-func fleetConfig(c config.Config) fleet.Config {
+func FleetConfig(c config.Config) fleet.Config {
 	var addrs []string
 	for _, a := range strings.Split(c.Shared.RedisAddr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -243,8 +263,8 @@ func (n *Node) release() {
 	n.closeParts()
 }
 
-// Proxy is the node's proxy.
-func (n *Node) Proxy() *Proxy { return n.p }
+// Core is the node's request core.
+func (n *Node) Core() Core { return n.p }
 
 // Metrics is the node's metrics (its /metrics).
 func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
