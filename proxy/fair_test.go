@@ -27,7 +27,7 @@ func signedAs(key, secret, pass, path string) []string {
 // budget in misses, beside a quiet client asking fresh keys at a quarter
 // of the budget. Every miss of the quiet client is owed a token before
 // the greedy client's next ones: its misses are served, and the greedy
-// client gets the rest of the budget. Before the fair gate, the greedy
+// client gets the rest of the budget. Before the fair queue, the greedy
 // client's queued reservations ran past budget_wait and the quiet client's
 // misses were refused.
 func TestFairShareKeepsQuietClientServed(t *testing.T) {

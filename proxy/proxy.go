@@ -384,7 +384,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 
 // answer writes the outcome of a load: the fetched entry, a passed-through
 // upstream envelope, a stale copy standing in for a failure, or the error.
-func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, a *answer, leader bool, err error, start time.Time) {
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cache.Entry, a *loaded, leader bool, err error, start time.Time) {
 	id := q.Route.ID
 	now := p.clock()
 	if a != nil {
@@ -486,9 +486,9 @@ func entryCode(e *cache.Entry) string {
 	return code
 }
 
-// answer is the outcome of one upstream fetch, shared by every request the
+// loaded is the outcome of one upstream fetch, shared by every request the
 // flight merged.
-type answer struct {
+type loaded struct {
 	entry  *cache.Entry // a success (code "0")
 	stored bool         // entry was cached
 	shared bool         // entry came from the shared tier, not the upstream
@@ -513,7 +513,7 @@ type answer struct {
 
 // load fetches f's key through the flight: concurrent identical misses
 // share one upstream call. leader tells whether this caller's fetch ran.
-func (p *Proxy) load(s *settings, f *upstream.Request) (a *answer, leader bool, err error) {
+func (p *Proxy) load(s *settings, f *upstream.Request) (a *loaded, leader bool, err error) {
 	ch := p.work.flight.DoChan(f.Key, func() (v any, err error) {
 		defer p.recoverFlight(&err)
 		leader = true
@@ -530,19 +530,19 @@ func (p *Proxy) load(s *settings, f *upstream.Request) (a *answer, leader bool, 
 		tracing.Joined(f.Trace)
 	}
 	if res.Err != nil {
-		a, _ := res.Val.(*answer) // may carry a stale copy from the shared tier
+		a, _ := res.Val.(*loaded) // may carry a stale copy from the shared tier
 		return a, leader, res.Err
 	}
-	return res.Val.(*answer), leader, nil
+	return res.Val.(*loaded), leader, nil
 }
 
 // fill runs once per flight.
-func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
+func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	key := f.Key
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
 	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
-		return &answer{entry: e, stored: true, cached: true}, nil
+		return &loaded{entry: e, stored: true, cached: true}, nil
 	}
 	// A copy another node keeps in its stale windows is this node's stale
 	// copy too: within stale_while_revalidate it is served at once and
@@ -560,11 +560,11 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 		switch e.StateAt(p.clock().UnixNano()) {
 		case cache.Fresh:
 			p.keep(s, e, p.clock())
-			return &answer{entry: e, stored: true, shared: true}, nil
+			return &loaded{entry: e, stored: true, shared: true}, nil
 		case cache.Stale:
 			if !f.Background {
 				p.keep(s, e, p.clock())
-				return &answer{entry: e, stored: true, shared: true, revalidate: true}, nil
+				return &loaded{entry: e, stored: true, shared: true, revalidate: true}, nil
 			}
 		}
 		if !f.HaveStale && e != nil {
@@ -579,7 +579,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 		defer unlock()
 		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
 			p.keep(s, e, p.clock())
-			return &answer{entry: e, stored: true, shared: true}, nil
+			return &loaded{entry: e, stored: true, shared: true}, nil
 		}
 	}
 	// Room for the answer, within budget_wait, or refused like the budget
@@ -610,20 +610,20 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*answer, error) {
 	if shared.UsableOnError(p.clock().UnixNano()) {
 		p.keep(s, shared, p.clock()) // the next request finds it here
 	}
-	return &answer{stale: shared, upstream: took}, err
+	return &loaded{stale: shared, upstream: took}, err
 }
 
 // store turns an upstream answer, its envelope already checked by the
 // call, into an entry and caches it if its code is "0", or for the negative
 // time if it refuses the question. asked is when the question left: the
 // answer is as old as that.
-func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upstream.Answer) *answer {
+func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upstream.Answer) *loaded {
 	r, key, body := f.Route, f.Key, up.Body
 	if up.Code != "0" || up.Status != fasthttp.StatusOK {
 		if envelope.RefusedQuestion(up.Status, up.Code) {
 			return p.storeRefusal(s, r, key, up.Status, body)
 		}
-		return &answer{status: up.Status, code: up.Code, body: body}
+		return &loaded{status: up.Status, code: up.Code, body: body}
 	}
 	class := r.Classify(route.Question{Height: f.Height, Hashes: f.Hashes, Final: p.truth.Final(f.Chain)}, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
@@ -632,14 +632,14 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 	if up.Behind > 0 {
 		// A head page behind the head seen (every account asked lags):
 		// never stored, and served only when nothing newer is at hand.
-		return &answer{entry: e, behind: true}
+		return &loaded{entry: e, behind: true}
 	}
 	now := p.clock()
 	p.keep(s, e, now)
 	if p.tier != nil {
 		p.shared(s).Set(e, now)
 	}
-	return &answer{entry: e, stored: true}
+	return &loaded{entry: e, stored: true}
 }
 
 // storeRefusal caches an upstream envelope that refuses the question
@@ -647,14 +647,14 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 // has none), with its status: asked again, it is a hit, not one more call
 // of the quota. It has no stale windows, never stands in for a failure, and
 // stays on this node: the shared tier holds successes only.
-func (p *Proxy) storeRefusal(s *settings, r *route.Route, key string, status int, body []byte) *answer {
+func (p *Proxy) storeRefusal(s *settings, r *route.Route, key string, status int, body []byte) *loaded {
 	now := p.clock()
 	// Held as is (a refusal is a short envelope): served reads its code.
 	e := cache.NewItem(key, body, cache.Negative, now, s.ttl[r.ID].For(cache.Negative), 0, 0)
 	e.Status, e.Source = status, cache.SourceUpstream
 	e.Tags = purge.Of(e, body, s.chains)
 	p.keep(s, e, now)
-	return &answer{entry: e, stored: true}
+	return &loaded{entry: e, stored: true}
 }
 
 // keep stores e, tagged, in this node's memory as the purges let it in

@@ -8,7 +8,7 @@ import (
 	"explorer-edge/metrics"
 )
 
-// fairGate admits misses that wait for the upstream budget in weighted
+// fairQueue admits misses that wait for the upstream budget in weighted
 // fair order among the clients waiting (start-time fair queueing): each
 // waiter gets a start tag, max(the gate's virtual time, the finish tag of
 // its client's previous waiter), and its client's finish tag moves on by
@@ -22,7 +22,7 @@ import (
 // the best account with a token (pool.go), which says when a token is due
 // if none is. One goroutine, running only while
 // someone waits, takes tokens for the head of the queue.
-type fairGate struct {
+type fairQueue struct {
 	mu     sync.Mutex
 	vtime  float64 // start tag of the waiter served last
 	finish map[*Tenant]float64
@@ -87,15 +87,15 @@ func (q *waiters) Pop() any {
 	return w
 }
 
-func newFairGate(try func(background bool, avoid *account) (*account, time.Duration)) *fairGate {
-	return &fairGate{finish: map[*Tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
+func newFairQueue(try func(background bool, avoid *account) (*account, time.Duration)) *fairQueue {
+	return &fairQueue{finish: map[*Tenant]float64{}, try: try, maxSleep: 50 * time.Millisecond}
 }
 
 // take draws a token for t, waiting at most wait in fair order. With wait
 // 0 (a caller with a stale copy) or background (a refresh, which takes
 // only while the budget is well above empty) it never queues,
 // and takes nothing while others wait: they are owed the next tokens.
-func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *account) (*account, time.Duration) {
+func (g *fairQueue) take(t *Tenant, wait time.Duration, background bool, avoid *account) (*account, time.Duration) {
 	if background {
 		wait = 0
 	}
@@ -147,7 +147,7 @@ func (g *fairGate) take(t *Tenant, wait time.Duration, background bool, avoid *a
 // miss: however many misses queue, the copies clients see keep being
 // renewed, and the newest page does not freeze. Pool.take bounds how many
 // refreshes take this way (a share of the budget).
-func (g *fairGate) takeRefresh(wait time.Duration, avoid *account) (*account, time.Duration) {
+func (g *fairQueue) takeRefresh(wait time.Duration, avoid *account) (*account, time.Duration) {
 	g.mu.Lock()
 	if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
 		g.mu.Unlock()
@@ -187,7 +187,7 @@ func (g *fairGate) takeRefresh(wait time.Duration, avoid *account) (*account, ti
 }
 
 // enqueue tags a waiter of t; g.mu is held.
-func (g *fairGate) enqueue(t *Tenant) *waiter {
+func (g *fairQueue) enqueue(t *Tenant) *waiter {
 	start := max(g.vtime, g.finish[t])
 	g.finish[t] = start + 1/t.Share
 	g.queue.seq++
@@ -199,14 +199,14 @@ func (g *fairGate) enqueue(t *Tenant) *waiter {
 // forget drops the finish tags of clients that no longer wait once no one
 // does, so the map holds only the clients of the current contention;
 // g.mu is held.
-func (g *fairGate) forget() {
+func (g *fairQueue) forget() {
 	if len(g.queue.w) == 0 {
 		clear(g.finish)
 	}
 }
 
 // dispatch takes tokens for the head of the queue until it is empty.
-func (g *fairGate) dispatch() {
+func (g *fairQueue) dispatch() {
 	for {
 		g.mu.Lock()
 		if len(g.queue.w) == 0 && len(g.refreshes) == 0 {
@@ -256,7 +256,7 @@ func (g *fairGate) dispatch() {
 }
 
 // waiting reports how many misses wait, for tests and the gauge.
-func (g *fairGate) waiting() int {
+func (g *fairQueue) waiting() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.queue.w)

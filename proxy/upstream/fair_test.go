@@ -34,7 +34,7 @@ func (b *tokenTap) try(bool, *account) (*account, time.Duration) {
 func grantOrder(t *testing.T, tenants []*Tenant, per []int, tokens int) []string {
 	t.Helper()
 	var tap tokenTap
-	g := newFairGate(tap.try)
+	g := newFairQueue(tap.try)
 	all := 0
 	for _, n := range per {
 		all += n
@@ -78,10 +78,10 @@ func count(order []string, name string) int {
 	return n
 }
 
-// TestFairGateSharesTokensByWeight: a client that queued 30 misses first
+// TestFairQueueSharesTokensByWeight: a client that queued 30 misses first
 // does not starve one that queued later; with shares 1:3 the tokens split
 // 1:3 while both wait.
-func TestFairGateSharesTokensByWeight(t *testing.T) {
+func TestFairQueueSharesTokensByWeight(t *testing.T) {
 	for _, tc := range []struct {
 		greedy, quiet float64
 		wantQuiet     int // of 20 tokens
@@ -97,8 +97,8 @@ func TestFairGateSharesTokensByWeight(t *testing.T) {
 	}
 }
 
-// TestFairGateIsWorkConserving: a client alone takes every token.
-func TestFairGateIsWorkConserving(t *testing.T) {
+// TestFairQueueIsWorkConserving: a client alone takes every token.
+func TestFairQueueIsWorkConserving(t *testing.T) {
 	alone := &Tenant{Name: "alone", Share: 1}
 	order := grantOrder(t, []*Tenant{alone}, []int{12}, 12)
 	if n := count(order, "alone"); n != 12 {
@@ -106,12 +106,12 @@ func TestFairGateIsWorkConserving(t *testing.T) {
 	}
 }
 
-// TestFairGateDeadlines: a waiter whose wait ends leaves the queue empty
+// TestFairQueueDeadlines: a waiter whose wait ends leaves the queue empty
 // and the dispatcher stops; a caller that may not wait never queues, and
 // takes nothing while others wait.
-func TestFairGateDeadlines(t *testing.T) {
+func TestFairQueueDeadlines(t *testing.T) {
 	var tap tokenTap
-	g := newFairGate(tap.try)
+	g := newFairQueue(tap.try)
 	a := &Tenant{Name: "a", Share: 1}
 	if u, _ := g.take(a, 20*time.Millisecond, false, nil); u != nil {
 		t.Fatal("a token from a dry budget")
@@ -139,12 +139,12 @@ func TestFairGateDeadlines(t *testing.T) {
 	}
 }
 
-// TestFairGateStraightThrough: with no one waiting and tokens in the
+// TestFairQueueStraightThrough: with no one waiting and tokens in the
 // budget, a take is the budget's own take, without allocating.
-func TestFairGateStraightThrough(t *testing.T) {
+func TestFairQueueStraightThrough(t *testing.T) {
 	var tap tokenTap
 	tap.n.Store(1 << 40)
-	g := newFairGate(tap.try)
+	g := newFairQueue(tap.try)
 	a := &Tenant{Name: "a", Share: 1}
 	allocs := testing.AllocsPerRun(1000, func() {
 		if u, _ := g.take(a, time.Second, false, nil); u == nil {
@@ -156,10 +156,10 @@ func TestFairGateStraightThrough(t *testing.T) {
 	}
 }
 
-func BenchmarkFairGateStraightThrough(b *testing.B) {
+func BenchmarkFairQueueStraightThrough(b *testing.B) {
 	var tap tokenTap
 	tap.n.Store(1 << 62)
-	g := newFairGate(tap.try)
+	g := newFairQueue(tap.try)
 	a := &Tenant{Name: "a", Share: 1}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -30,12 +30,12 @@ import (
 // accounts alike take turns. A connection error, timeout or 5xx is retried
 // on another account with that account's token; a 429 locks its account
 // out for the Retry-After and the call moves on at once. Misses that wait
-// for a token wait in the fair gate.
+// for a token wait in the fair queue.
 type Pool struct {
 	accts []*account
-	gate  *fairGate
+	queue *fairQueue
 	// refreshes bounds the refreshes that go ahead of misses for the
-	// budget (fairGate.takeRefresh) to refreshShare of the accounts'
+	// budget (fairQueue.takeRefresh) to refreshShare of the accounts'
 	// rates; beyond it a refresh yields to misses as before.
 	refreshes *rate.Limiter
 	m         *metrics.Metrics
@@ -101,7 +101,7 @@ func NewPool(cfg config.Upstream, o Options) (*Pool, error) {
 		u.changed, u.sample = pl.changed, o.Sample
 		pl.accts = append(pl.accts, u)
 	}
-	pl.gate = newFairGate(pl.try)
+	pl.queue = newFairQueue(pl.try)
 	pl.refreshes = rate.NewLimiter(0, 1)
 	pl.setRefreshShare(cfg)
 	m.BudgetTokens(func() float64 {
@@ -455,7 +455,7 @@ func throttledByUpstream(err error) bool {
 }
 
 // take draws one token for an attempt of f from the best usable account,
-// or says why it may not go. Misses that must wait wait in the fair gate,
+// or says why it may not go. Misses that must wait wait in the fair queue,
 // in turn with other clients' misses.
 func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *account) (*account, error) {
 	now := time.Now()
@@ -481,11 +481,11 @@ func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *ac
 	case (f.HaveStale || f.Background) && pl.refreshes.Allow():
 		// A refresh of a copy clients are served from goes ahead of the
 		// misses, within its share of the budget.
-		u, retry = pl.gate.takeRefresh(cfg.BudgetWait, avoid)
+		u, retry = pl.queue.takeRefresh(cfg.BudgetWait, avoid)
 	case f.HaveStale || f.Background:
-		u, retry = pl.gate.take(t, 0, f.Background, avoid)
+		u, retry = pl.queue.take(t, 0, f.Background, avoid)
 	default:
-		u, retry = pl.gate.take(t, cfg.BudgetWait, false, avoid)
+		u, retry = pl.queue.take(t, cfg.BudgetWait, false, avoid)
 	}
 	if u == nil {
 		pl.m.Throttled.WithLabelValues("budget").Inc()
