@@ -184,6 +184,11 @@ func (h *Hub) unknownChain(name []byte) string {
 // passed WriteTimeout, Publish dropped it, or the hub (Drain, Close) or
 // the server (Shutdown) ended it. start is the headers and the replay.
 func (h *Hub) serve(c net.Conn, s *sub, start []byte, done <-chan struct{}) {
+	if !h.begin() {
+		h.leave(s)
+		c.Close()
+		return
+	}
 	defer h.wg.Done()
 	err := h.loop(c, s, start, done)
 	c.Close() // the server closes it too, unless it keeps hijacked connections

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -663,5 +664,34 @@ func TestKeptConns(t *testing.T) {
 	}
 	if got := c.end(t); len(got) != 0 {
 		t.Errorf("after Close: %+v", got)
+	}
+}
+
+// TestUnstartedStream: a stream subscribed whose connection the server
+// never hands over holds neither Close nor its place for long: Publish
+// drops it when its buffer fills.
+func TestUnstartedStream(t *testing.T) {
+	h := New(Options{Chains: []string{"ETH"}, Buffer: 4, MaxSubscribers: 1, Heartbeat: time.Hour})
+	if _, _, r := h.subscribe([]*chain{h.chains["ETH"]}, netip.Addr{}, nil); r != nil {
+		t.Fatal(r.err)
+	}
+	if _, _, r := h.subscribe([]*chain{h.chains["ETH"]}, netip.Addr{}, nil); r != refusedFull {
+		t.Fatalf("second stream: %v, want refusedFull", r)
+	}
+	for i := int64(1); i <= 5; i++ {
+		h.Publish(headEvent("ETH", i))
+	}
+	if h.Listening("ETH") {
+		t.Error("still subscribed after its buffer filled")
+	}
+	if _, _, r := h.subscribe([]*chain{h.chains["ETH"]}, netip.Addr{}, nil); r != nil {
+		t.Fatalf("its place was not given back: %v", r.err)
+	}
+	closed := make(chan struct{})
+	go func() { h.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a stream that never started")
 	}
 }
