@@ -147,6 +147,7 @@ type chain struct {
 	next      int
 	evicted   uint64 // seq of the newest event the ring let go; 0: none
 	head      *frame // the newest head event, kept whatever the ring holds
+	last      Event  // the newest head event as published
 	listeners atomic.Int32
 	reported  bool // the last OnListen value; guarded by Hub.listenMu
 	gauge     gauge
@@ -235,6 +236,12 @@ func (h *Hub) Listening(chain string) bool {
 // resumes. It never waits for a subscriber: one whose buffer is full is
 // dropped. An event of a chain not served, or of no known Kind, is
 // ignored, as is every event after Close.
+//
+// A head goes forward only, like truth's: a head below the newest
+// published, or the same block again with no higher finalized height, is
+// ignored, so that the poller, the request path and the fleet's relay may
+// all announce what they see, in any order, and browsers get each head
+// once.
 func (h *Hub) Publish(ev Event) {
 	c := h.chains[ev.Chain]
 	if c == nil || (ev.Kind != Head && ev.Kind != Reorg) {
@@ -245,9 +252,12 @@ func (h *Hub) Publish(ev Event) {
 	var emptied []*chain
 	sent := 0
 	h.mu.Lock()
-	if h.state == closed {
+	if h.state == closed || (ev.Kind == Head && c.head != nil && !ahead(ev, c.last)) {
 		h.mu.Unlock()
 		return
+	}
+	if ev.Kind == Head {
+		c.last = ev
 	}
 	h.seq++
 	f.seq = h.seq
@@ -276,6 +286,13 @@ func (h *Hub) Publish(ev Event) {
 		h.m.delivered(f.at)
 	}
 	h.notify(emptied)
+}
+
+// ahead reports whether head ev says more than last: a higher block,
+// another block at the same height (a reorganization at the tip), or a
+// higher finalized height.
+func ahead(ev, last Event) bool {
+	return ev.Height > last.Height || (ev.Height == last.Height && (ev.Hash != last.Hash || ev.Final > last.Final))
 }
 
 // release is a subscriber done with f: written, or never to be.

@@ -695,3 +695,38 @@ func TestUnstartedStream(t *testing.T) {
 		t.Fatal("Close waited for a stream that never started")
 	}
 }
+
+// TestHeadsGoForward: heads from several sources, in any order, reach a
+// browser once each, never backwards.
+func TestHeadsGoForward(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	c := e.open(t, "chains=ETH")
+	at := func(height int64, hash string, final int64) Event {
+		return Event{Kind: Head, Chain: "ETH", Height: height, Hash: hash, Final: final}
+	}
+	for _, ev := range []Event{
+		at(10, "a", 5),
+		at(10, "a", 5), // again: ignored
+		at(9, "z", 5),  // behind: ignored
+		at(10, "a", 4), // a lower final: ignored
+		at(10, "a", 6), // the same head, a higher final
+		at(10, "b", 6), // another block at the head
+		at(12, "c", 6),
+		at(11, "d", 7), // behind: ignored
+	} {
+		e.hub.Publish(ev)
+	}
+	e.hub.Publish(Event{Kind: Reorg, Chain: "ETH", Fork: 10, Depth: 1, Hash: "b"}) // reorgs always pass
+	for _, want := range []Event{at(10, "a", 5), at(10, "a", 6), at(10, "b", 6), at(12, "c", 6)} {
+		h := decodeHead(t, c.nextEvent(t))
+		if h.Height != want.Height || h.Hash != want.Hash || h.Final != want.Final {
+			t.Fatalf("got %+v, want %+v", h, want)
+		}
+	}
+	if ev := c.nextEvent(t); ev.event != "reorg" {
+		t.Fatalf("want the reorg, got %+v", ev)
+	}
+	if got := testutil.ToFloat64(e.m.events[Head]); got != 4 {
+		t.Errorf("events_total{type=head} = %v, want 4", got)
+	}
+}
