@@ -99,6 +99,12 @@ type Options struct {
 	// RetryAfter is how long writes stop after a failed commit (disk full,
 	// read-only file system) before one is tried again; 0: one minute.
 	RetryAfter time.Duration
+	// TagSpace says what the numbers in entries' Tags mean: the route
+	// table and the configured chains (purge.Of numbers them by their
+	// place), e.g. their names in order. A file written under another
+	// TagSpace is emptied at Open: a purge would look for its entries
+	// under the wrong numbers.
+	TagSpace string
 	// Logger receives the one error a failure of writes logs; nil: none.
 	Logger  *slog.Logger
 	Metrics Metrics
@@ -144,6 +150,7 @@ type Store struct {
 	metrics    Metrics
 	now        func() time.Time
 	fail       func() error
+	tagSpace   string
 	started    bool // the writer runs: a corrupt file now stops the store
 
 	queue   chan *cache.Entry
@@ -184,6 +191,7 @@ var (
 	bucketIndex   = []byte("o")
 	bucketMeta    = []byte("m")
 	keyTotals     = []byte("totals")
+	keyTagSpace   = []byte("tagspace")
 )
 
 // Open opens (or creates) the store in o.Dir and starts its writer.
@@ -205,6 +213,7 @@ func Open(o Options) (*Store, error) {
 		metrics:    o.Metrics,
 		now:        o.now,
 		fail:       o.fail,
+		tagSpace:   o.TagSpace,
 		queue:      make(chan *cache.Entry, cmp(o.QueueLen, 1024)),
 		bad:        make(chan string, 64),
 		flushes:    make(chan chan struct{}),
@@ -320,19 +329,34 @@ func (s *Store) open() (db *bbolt.DB, err error) {
 	if err != nil {
 		return nil, err
 	}
-	err = db.Update(func(tx *bbolt.Tx) error {
-		for _, b := range [][]byte{bucketEntries, bucketIndex, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err = db.Update(s.prepare)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	return db, nil
+}
+
+// prepare makes the buckets, emptied when the file's TagSpace is not
+// this store's.
+func (s *Store) prepare(tx *bbolt.Tx) error {
+	if m := tx.Bucket(bucketMeta); m != nil && string(m.Get(keyTagSpace)) != s.tagSpace {
+		if k, _ := tx.Bucket(bucketIndex).Cursor().First(); k != nil {
+			s.log.Info("disk cache: the entries' tags mean other routes or chains; starting empty",
+				"path", s.path, "was", string(m.Get(keyTagSpace)), "now", s.tagSpace)
+		}
+		for _, b := range [][]byte{bucketEntries, bucketIndex, bucketMeta} {
+			if err := tx.DeleteBucket(b); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return err
+			}
+		}
+	}
+	for _, b := range [][]byte{bucketEntries, bucketIndex, bucketMeta} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketMeta).Put(keyTagSpace, []byte(s.tagSpace))
 }
 
 // Get returns the entry stored under key if it is still usable at now

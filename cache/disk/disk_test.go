@@ -522,6 +522,28 @@ func TestReopen(t *testing.T) {
 	assertTotals(t, s)
 }
 
+// TestTagSpace: entries tagged under another route table or chain list
+// are not kept.
+func TestTagSpace(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	s := open(t, Options{Dir: dir, TagSpace: "routes:a,b chains:ETH,BSC"})
+	s.Put(final("/k", []byte(`{}`), now, 1, 1))
+	s.Close()
+	s = open(t, Options{Dir: dir, TagSpace: "routes:a,b chains:ETH,BSC"})
+	if s.Get("/k", now) == nil {
+		t.Fatal("same tag space: entry lost")
+	}
+	s.Close()
+	s = open(t, Options{Dir: dir, TagSpace: "routes:a,b chains:BSC,ETH"})
+	if s.Get("/k", now) != nil || s.Stats().Entries != 0 {
+		t.Fatalf("entry of another tag space kept: %+v", s.Stats())
+	}
+	s.Put(final("/k2", []byte(`{}`), now, 1, 1))
+	s.Flush()
+	assertTotals(t, s)
+}
+
 // TestKill writes from a child process that is killed (SIGKILL) after its
 // first batches were committed and while more were queued: what was
 // committed is there after a reopen.
