@@ -59,8 +59,8 @@ func (m *Metrics) Accounts(names []string, state func(i int) AccountState) {
 			Help: "Upstream attempts by account (upstream.accounts; default is the upstream block's) and outcome."}, []string{"account", "outcome"})}
 	for _, n := range names {
 		var byOutcome [numOutcomes]prometheus.Counter
-		for o, on := range outcomeNames {
-			byOutcome[o] = c.vec.WithLabelValues(n, on)
+		for o := range numOutcomes {
+			byOutcome[o] = c.vec.WithLabelValues(n, o.String())
 		}
 		c.calls[n] = &byOutcome
 	}
@@ -86,7 +86,7 @@ func (m *Metrics) AccountHeadLag(name, chain string, blocks int64) {
 }
 
 // AccountCall counts an attempt of the account name with its outcome.
-func (m *Metrics) AccountCall(name string, outcome int) {
+func (m *Metrics) AccountCall(name string, outcome Outcome) {
 	if m.accounts == nil {
 		return
 	}

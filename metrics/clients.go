@@ -2,21 +2,26 @@ package metrics
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Client results (label values of client_requests_total): the cache
-// results, and error for a request answered with an error envelope.
-const ResultError = numResults
+// Refused is why a client's request was refused: the label value of
+// client_refused_total.
+type Refused uint8
 
-var clientResultNames = append(resultNames[:numResults:numResults], "error")
-
-// Client refusal reasons (client_refused_total).
 const (
-	RefusedRateLimit = iota // the client's own request rate (auth.clients[].rate)
-	RefusedBudget           // the upstream budget had no token within budget_wait
-	RefusedUpstream         // the upstream throttled the edge (429, 50011)
+	RefusedRateLimit Refused = iota // the client's own request rate (auth.clients[].rate)
+	RefusedBudget                   // the upstream budget had no token within budget_wait
+	RefusedUpstream                 // the upstream throttled the edge (429, 50011)
 	numRefused
 )
 
-var refusedNames = [numRefused]string{"rate_limit", "budget", "upstream_throttled"}
+func (r Refused) String() string {
+	switch r {
+	case RefusedRateLimit:
+		return "rate_limit"
+	case RefusedBudget:
+		return "budget"
+	}
+	return "upstream_throttled"
+}
 
 // clientFamilies are the families labelled by client: the configured
 // client names and "anonymous", never a value from a request.
@@ -56,18 +61,18 @@ type ClientAccount struct {
 // zero. Call it with configured names only.
 func (m *Metrics) Client(name string) *ClientAccount {
 	a := &ClientAccount{calls: m.clients.calls.WithLabelValues(name), bytes: m.clients.bytes.WithLabelValues(name)}
-	for i, r := range clientResultNames {
-		a.requests[i] = m.clients.requests.WithLabelValues(name, r)
+	for r := range ResultError + 1 {
+		a.requests[r] = m.clients.requests.WithLabelValues(name, r.String())
 	}
-	for i, r := range refusedNames {
-		a.refused[i] = m.clients.refused.WithLabelValues(name, r)
+	for r := range numRefused {
+		a.refused[r] = m.clients.refused.WithLabelValues(name, r.String())
 	}
 	return a
 }
 
 // Answered counts a request of the client with its result (ResultError
 // for an error envelope) and the body bytes sent.
-func (a *ClientAccount) Answered(result, bytes int) {
+func (a *ClientAccount) Answered(result Result, bytes int) {
 	if a == nil {
 		return
 	}
@@ -83,7 +88,7 @@ func (a *ClientAccount) Called() {
 }
 
 // Refused counts a refusal of the client's request, by reason.
-func (a *ClientAccount) Refused(reason int) {
+func (a *ClientAccount) Refused(reason Refused) {
 	if a != nil {
 		a.refused[reason].Inc()
 	}

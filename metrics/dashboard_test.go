@@ -167,10 +167,10 @@ func TestDashboardSeparatesFreshFromStale(t *testing.T) {
 			// the edge: those the scenario does not move stay at 0.
 			series := map[string]string{}
 			for i := range 6 {
-				series[fmt.Sprintf(`explorer_edge_cache_results_total{job="explorer-edge",instance="a:8081",route="block-list",result=%q}`, metrics.ResultName(i))] = "0x40"
+				series[fmt.Sprintf(`explorer_edge_cache_results_total{job="explorer-edge",instance="a:8081",route="block-list",result=%q}`, metrics.Result(i).String())] = "0x40"
 			}
 			for i := range 10 {
-				series[fmt.Sprintf(`explorer_edge_upstream_requests_total{job="explorer-edge",instance="a:8081",route="block-list",outcome=%q}`, metrics.OutcomeName(i))] = "0x40"
+				series[fmt.Sprintf(`explorer_edge_upstream_requests_total{job="explorer-edge",instance="a:8081",route="block-list",outcome=%q}`, metrics.Outcome(i).String())] = "0x40"
 			}
 			for s, v := range sc.series {
 				series[s] = v

@@ -18,22 +18,81 @@ import (
 
 const ns = "explorer_edge"
 
-// Cache results (label values of cache_results_total).
+// Result is what the cache made of a request: the label value of
+// cache_results_total (and of client_requests_total, with ResultError).
+type Result uint8
+
 const (
-	ResultHit = iota
+	ResultHit Result = iota
 	ResultMiss
 	ResultStale      // served stale while one refresh runs
 	ResultStaleError // served stale because the upstream failed
 	ResultCollapsed  // a miss that waited for another request's fetch
 	ResultPartial    // a batch answered partly from cache
 	numResults
+	// ResultError is a request answered with an error envelope (client
+	// accounting only: it has no cache result).
+	ResultError = numResults
+	// ResultNone is a request refused before the cache: no cache result.
+	ResultNone Result = 255
 )
 
-var resultNames = [numResults]string{"hit", "miss", "stale", "stale_error", "collapsed", "partial"}
+func (r Result) String() string {
+	switch r {
+	case ResultHit:
+		return "hit"
+	case ResultMiss:
+		return "miss"
+	case ResultStale:
+		return "stale"
+	case ResultStaleError:
+		return "stale_error"
+	case ResultCollapsed:
+		return "collapsed"
+	case ResultPartial:
+		return "partial"
+	case ResultError:
+		return "error"
+	}
+	return "none"
+}
 
-// Upstream outcomes (label values of upstream_requests_total).
+// Outcome is how an upstream attempt ended: the label value of
+// upstream_requests_total.
+type Outcome uint8
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeOK:
+		return "ok"
+	case OutcomeErrorEnvelope:
+		return "error_envelope"
+	case Outcome5xx:
+		return "status_5xx"
+	case Outcome429:
+		return "status_429"
+	case OutcomeTimeout:
+		return "timeout"
+	case OutcomeConnection:
+		return "connection"
+	case OutcomeMalformed:
+		return "malformed"
+	case OutcomeTooLarge:
+		return "too_large"
+	case OutcomeBreakerOpen:
+		return "breaker_open"
+	case OutcomeBudgetExhausted:
+		return "budget_exhausted"
+	case OutcomeCredentials:
+		return "credentials"
+	case OutcomeNotFound:
+		return "not_found"
+	}
+	return "unknown"
+}
+
 const (
-	OutcomeOK = iota
+	OutcomeOK Outcome = iota
 	OutcomeErrorEnvelope
 	Outcome5xx
 	Outcome429
@@ -48,7 +107,6 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large", "breaker_open", "budget_exhausted", "credentials", "not_found"}
 
 // Codes are the envelope codes counted by requests_total; others count as "other".
 var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",
@@ -241,11 +299,11 @@ func (m *Metrics) resolveRoutes(reqDur *prometheus.HistogramVec) {
 		for i, c := range Codes {
 			codes[i] = m.requestsVec.WithLabelValues(r, c)
 		}
-		for i, name := range resultNames {
-			res[i] = m.cacheResultsVec.WithLabelValues(r, name)
+		for rs := range numResults {
+			res[rs] = m.cacheResultsVec.WithLabelValues(r, rs.String())
 		}
-		for i, name := range outcomeNames {
-			out[i] = m.upstreamVec.WithLabelValues(r, name)
+		for o := range numOutcomes {
+			out[o] = m.upstreamVec.WithLabelValues(r, o.String())
 		}
 		m.upstreamDur[id] = m.upstreamDurVec.WithLabelValues(r)
 	}
@@ -468,19 +526,19 @@ func (m *Metrics) Request(route, code int, seconds float64) {
 }
 
 // CacheResult records one cache outcome.
-func (m *Metrics) CacheResult(route, result int) {
+func (m *Metrics) CacheResult(route int, result Result) {
 	c := m.cacheResults[route][result]
 	if c == nil {
-		c = m.cacheResultsVec.WithLabelValues(m.routeNames[route], resultNames[result])
+		c = m.cacheResultsVec.WithLabelValues(m.routeNames[route], result.String())
 	}
 	c.Inc()
 }
 
 // Upstream records one upstream attempt (seconds < 0: not sent).
-func (m *Metrics) Upstream(route, outcome int, seconds float64) {
+func (m *Metrics) Upstream(route int, outcome Outcome, seconds float64) {
 	c := m.upstream[route][outcome]
 	if c == nil {
-		c = m.upstreamVec.WithLabelValues(m.routeNames[route], outcomeNames[outcome])
+		c = m.upstreamVec.WithLabelValues(m.routeNames[route], outcome.String())
 	}
 	c.Inc()
 	if seconds < 0 {
@@ -504,8 +562,3 @@ func (m *Metrics) FinalHeight(chain string, h int64) {
 // Reject records a refused client request.
 func (m *Metrics) Reject(reason int) { m.rejections[reason].Inc() }
 
-// ResultName is the cache_results_total label value of a cache result.
-func ResultName(result int) string { return resultNames[result] }
-
-// OutcomeName is the upstream_requests_total label value of an outcome.
-func OutcomeName(outcome int) string { return outcomeNames[outcome] }

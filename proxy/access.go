@@ -14,12 +14,9 @@ import (
 	"explorer-edge/proxy/server"
 )
 
-// noResult is the cache result of a request refused before the cache.
-const noResult = -1
-
 // access writes the access log line of a sampled request. With sampling off
 // it is one atomic load and a comparison: the hit path stays allocation-free.
-func (p *Proxy) access(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
+func (p *Proxy) access(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result metrics.Result, code string, start time.Time) {
 	p.account(ctx, s, result)
 	if t := p.ops.accessSample.Load(); t == 0 || rand.Uint64() > t {
 		return
@@ -34,20 +31,16 @@ func (p *Proxy) access(ctx *fasthttp.RequestCtx, s *settings, id route.ID, resul
 // answer's X-Request-Id, the client's own or the edge's. log.access_fields
 // adds the method, the normalized question (the cache key: only the
 // route's parameters, canonical), the body's bytes and the upstream time.
-func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
+func (p *Proxy) logAccess(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result metrics.Result, code string, start time.Time) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
-	}
-	cache := "none"
-	if result != noResult {
-		cache = metrics.ResultName(result)
 	}
 	attrs := make([]slog.Attr, 0, 8)
 	attrs = append(attrs,
 		slog.String("route", id.String()),
 		slog.Int("status", ctx.Response.StatusCode()),
 		slog.String("code", code),
-		slog.String("cache", cache),
+		slog.String("cache", result.String()),
 		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
 		slog.String("client_ip", s.auth.ClientIP(ctx).String()),
 		slog.String("request_id", string(ctx.Response.Header.PeekBytes(server.HeaderRequestID))),
@@ -114,12 +107,12 @@ func bodyBytes(ctx *fasthttp.RequestCtx) int {
 
 // account counts an answered request on its client's series (see
 // admission.Rules.Payer).
-func (p *Proxy) account(ctx *fasthttp.RequestCtx, s *settings, result int) {
+func (p *Proxy) account(ctx *fasthttp.RequestCtx, s *settings, result metrics.Result) {
 	t := s.auth.Payer(ctx)
 	if t == nil {
 		return
 	}
-	if result == noResult {
+	if result == metrics.ResultNone {
 		result = metrics.ResultError
 	}
 	t.Acct.Answered(result, bodyBytes(ctx))

@@ -216,7 +216,7 @@ func (b *batchParts) standIn(err error, now int64) bool {
 }
 
 // status is the result and Cache-Status of the assembled answer.
-func (b *batchParts) status(err error) (int, cacheStatus) {
+func (b *batchParts) status(err error) (metrics.Result, cacheStatus) {
 	switch {
 	case err != nil:
 		return metrics.ResultStaleError, staleErrorStatus(err)

@@ -466,10 +466,10 @@ func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, s *settings, q *query, old
 }
 
 // answered records a request answered with an envelope of code ("0":
-// a success) as the cache result result (noResult: refused before the
+// a success) as the cache result result (metrics.ResultNone: refused before the
 // cache): its metrics, its client's account and its access line.
-func (p *Proxy) answered(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result int, code string, start time.Time) {
-	if result != noResult {
+func (p *Proxy) answered(ctx *fasthttp.RequestCtx, s *settings, id route.ID, result metrics.Result, code string, start time.Time) {
+	if result != metrics.ResultNone {
 		p.metrics.CacheResult(int(id), result)
 	}
 	p.metrics.Request(int(id), p.metrics.CodeIndex(code), time.Since(start).Seconds())

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
+	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
@@ -265,7 +266,7 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, s *settings, id route.ID, start t
 		e = envelope.ErrBadGateway.With(err, 0)
 	}
 	p.writeError(ctx, s, e)
-	p.answered(ctx, s, id, noResult, e.Code, start)
+	p.answered(ctx, s, id, metrics.ResultNone, e.Code, start)
 	if e.Status >= 500 {
 		p.warnFailed(s, id, e)
 	}

@@ -185,7 +185,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 			outcome = metrics.OutcomeTooLarge
 		}
 		u.record(r, outcome, took, true)
-		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "outcome", outcome.String(), "ms", took.Milliseconds(), "err", err.Error())
 		return Answer{}, e
 	}
 	status := resp.StatusCode()
@@ -196,7 +196,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 			outcome, e = metrics.OutcomeTooLarge, envelope.ErrTooLarge
 		}
 		u.record(r, outcome, took, true)
-		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "status", status, "outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "err", err.Error())
+		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "status", status, "outcome", outcome.String(), "ms", took.Milliseconds(), "err", err.Error())
 		return Answer{}, e.With(err, 0)
 	}
 	code, _ := envelope.Code(body)
@@ -207,7 +207,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 		level = slog.LevelWarn
 	}
 	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.Name, "status", status, "code", code,
-		"outcome", metrics.OutcomeName(outcome), "ms", took.Milliseconds(), "bytes", len(body))
+		"outcome", outcome.String(), "ms", took.Milliseconds(), "bytes", len(body))
 	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
 		return Answer{}, result
 	}
@@ -233,7 +233,7 @@ func (u *account) sign(req *fasthttp.Request, path string) {
 // sent: its outcome, and the account's failure it is (nil: none; an
 // error envelope that says the upstream is failing goes with its answer,
 // to be passed on if no other account can be asked: Pool.Fetch).
-func (u *account) judge(resp *fasthttp.Response, path string, status int, code string, sent time.Time) (int, error) {
+func (u *account) judge(resp *fasthttp.Response, path string, status int, code string, sent time.Time) (metrics.Outcome, error) {
 	switch {
 	case envelope.CredentialsRefused(status, code):
 		u.credentialsRefused(status, code)
@@ -345,7 +345,7 @@ func (u *account) setRate(rate float64, burst int) {
 
 // record counts an attempt's outcome on the route's and the account's
 // series and, failed or not, in the account's health.
-func (u *account) record(r *route.Route, outcome int, took time.Duration, failed bool) {
+func (u *account) record(r *route.Route, outcome metrics.Outcome, took time.Duration, failed bool) {
 	u.m.Upstream(int(r.ID), outcome, took.Seconds())
 	u.m.AccountCall(u.name, outcome)
 	u.health.observe(took, failed)
