@@ -107,7 +107,6 @@ const (
 	numOutcomes
 )
 
-
 // Codes are the envelope codes counted by requests_total; others count as "other".
 var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",
 	"50102", "50103", "50104", "50105", "50106", "50107", "50111", "50112", "50113", "50115", "other"}
@@ -561,4 +560,3 @@ func (m *Metrics) FinalHeight(chain string, h int64) {
 
 // Reject records a refused client request.
 func (m *Metrics) Reject(reason int) { m.rejections[reason].Inc() }
-
