@@ -86,8 +86,10 @@ type Options struct {
 	Dir string
 	// MaxBytes bounds what the entries take in the file (Stats.Bytes: each
 	// record's bytes with bbolt's element header, a large value rounded up
-	// to whole pages); must be > 0. The file itself is larger by what
-	// bbolt keeps free for reuse; TestEviction measures it.
+	// to whole pages); must be > 0. The file takes more by what bbolt
+	// keeps free for reuse and its part-filled pages: 1.2-1.35x MaxBytes
+	// of disk when full (TestEviction); its length, sparse, runs up to
+	// 16 MB ahead (bbolt grows it in steps).
 	MaxBytes int64
 	// QueueLen is how many entries may wait for the writer; past it Put
 	// drops. 0: 1024.
