@@ -24,7 +24,7 @@ import (
 // The payload is the one copy the entry holds (cache.Entry: its gzip when
 // that is smaller, else the body), and the entry read back holds the same
 // bytes: nothing is inflated or compressed again here. (The proxy inflates
-// it once, into a reused buffer, to check it: checkedTier.) A format change
+// it once, into a reused buffer, to check it: proxy/tier.go, sharedTier.) A format change
 // takes a new version byte; nodes of the old version then miss on the new
 // entries (and overwrite them) instead of misreading.
 const formatVersion = 1

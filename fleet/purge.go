@@ -23,7 +23,7 @@ import (
 //
 // Entries in Redis are not rewritten by a purge (except the few a url or a
 // hash names, deleted by key): every node judges an entry it reads from
-// Redis by the records newer than the entry's answer (proxy/purgelog.go),
+// Redis by the records newer than the entry's answer (proxy/purge/log.go),
 // so an entry stored before a purge that selects it is a miss (hard) or
 // stale (soft) wherever it is read. When the log drops records for room,
 // the floor rises to the newest of them: entries older than it are misses.

@@ -25,6 +25,6 @@ func (q *query) request(haveStale, background bool) *upstream.Request {
 type query struct {
 	route.Params
 	scratch []byte           // header values of the response being written
-	tenant  *upstream.Tenant // who pays for the request's misses (fair.go)
+	tenant  *upstream.Tenant // who pays for the request's misses (upstream/fair.go)
 	trace   context.Context  // the request's span; nil when tracing is off
 }

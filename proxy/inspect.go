@@ -18,7 +18,7 @@ import (
 // port and behind the purge token; docs/operations.md, The admin port):
 //
 //	GET /cache?url=<a public request URI>   what the edge holds for that question
-//	GET /cache/top?n=20                       the most-asked keys of the last minutes (top.go)
+//	GET /cache/top?n=20                       the most-asked keys of the last minutes (admin/top.go)
 //	GET /config                               the configuration in force, secrets redacted
 //
 // None of them asks the upstream or the shared tier, or changes what the

@@ -209,7 +209,7 @@ func (p *Proxy) SetDraining(v bool) { p.ops.draining.Store(v) }
 // lock-out (429 Retry-After) with nothing cached is not ready; with entries
 // cached the node still serves them (a lock-out is the account's, so every
 // node of a fleet has it: none would be left to a load balancer), and the
-// reason says so. So does a failed upstream self-check (selfcheck.go): not
+// reason says so. So does a failed upstream self-check (upstream/selfcheck.go): not
 // ready only when it refused the base_url or the credentials and nothing
 // is cached.
 func (p *Proxy) Ready() (bool, string) {
