@@ -19,15 +19,6 @@ import (
 
 var fuzzChains = []string{"CHAINX", "TRADE_ZONE"}
 
-type nopStats struct{}
-
-func (nopStats) Bytes() int64     { return 0 }
-func (nopStats) Entries() int64   { return 0 }
-func (nopStats) Evictions() int64 { return 0 }
-func (nopStats) MaxBytes() int64  { return 0 }
-
-func (nopStats) IdentityBytes() int64 { return 0 }
-
 // Hashes FuzzUpstreamAnswer asks per-hash answers for.
 var fuzzAsked = []string{
 	"0x" + strings.Repeat("a1", 32),

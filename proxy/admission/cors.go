@@ -19,18 +19,17 @@ import (
 // CDN must not give one origin's answer to another.
 
 var (
-	hdrOrigin   = []byte("Origin")
-	hdrVary     = []byte("Vary")
-	hdrACAO     = []byte("Access-Control-Allow-Origin")
-	hdrACEH     = []byte("Access-Control-Expose-Headers")
-	hdrACAM     = []byte("Access-Control-Allow-Methods")
-	hdrACAH     = []byte("Access-Control-Allow-Headers")
-	hdrACMA     = []byte("Access-Control-Max-Age")
-	hdrACRM     = []byte("Access-Control-Request-Method")
-	valStar     = []byte("*")
-	valOrigin   = []byte("Origin")
-	valAEOrigin = []byte("Accept-Encoding, Origin")
-	valMethods  = []byte("GET, HEAD")
+	hdrOrigin  = []byte("Origin")
+	hdrVary    = []byte("Vary")
+	hdrACAO    = []byte("Access-Control-Allow-Origin")
+	hdrACEH    = []byte("Access-Control-Expose-Headers")
+	hdrACAM    = []byte("Access-Control-Allow-Methods")
+	hdrACAH    = []byte("Access-Control-Allow-Headers")
+	hdrACMA    = []byte("Access-Control-Max-Age")
+	hdrACRM    = []byte("Access-Control-Request-Method")
+	valStar    = []byte("*")
+	valOrigin  = []byte("Origin")
+	valMethods = []byte("GET, HEAD")
 	// What a page's script may read of an answer beside the safelisted
 	// headers: the cache's, the request id to quote, the client's limit.
 	valExposeHeaders = []byte("Cache-Status, Age, ETag, Retry-After, X-Request-Id, RateLimit, RateLimit-Policy")
