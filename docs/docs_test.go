@@ -1,9 +1,10 @@
 // Package docs holds the project's documents. It has no code: its test
 // keeps the documents honest. Every relative Markdown link leads to a file
-// of the repository (and, with an anchor, to a heading of that file), and
-// no file points a reader at something outside the repository: a design
-// brief, an API specification or an issue tracker that a newcomer to the
-// repository does not have. What those said lives in docs/design.md.
+// of the repository (and, with an anchor, to a heading of that file),
+// every Go file a document names by its path exists, and no file points a
+// reader at something outside the repository: a design brief, an API
+// specification or an issue tracker that a newcomer to the repository
+// does not have. What those said lives in docs/design.md.
 package docs
 
 import (
@@ -48,8 +49,22 @@ func TestNoCitationsOutsideTheRepository(t *testing.T) {
 	t.Logf("%d files checked, %d citations", len(files), len(problems))
 }
 
-// TestCheckersCatchBadDocs keeps the two checks honest on a repository made
-// up for the purpose: each planted defect is reported, and nothing else.
+// TestCitedGoFilesExist: every Go file a document names by its path
+// (`proxy/route/memo.go`, in a code span, a table or prose) exists, so
+// that a package split or a renamed file cannot leave a reader looking
+// for code that has gone.
+func TestCitedGoFilesExist(t *testing.T) {
+	root, files := repository(t)
+	problems, n := checkGoPaths(root, files)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	t.Logf("%d paths of Go files cited, %d problems", n, len(problems))
+}
+
+// TestCheckersCatchBadDocs keeps the link and citation checks honest on a
+// repository made up for the purpose: each planted defect is reported, and
+// nothing else.
 func TestCheckersCatchBadDocs(t *testing.T) {
 	root := t.TempDir()
 	write := func(name, text string) {
@@ -386,4 +401,122 @@ func checkCitations(root string, files []string) []string {
 		}
 	}
 	return problems
+}
+
+// history are the Markdown files that record the past: they cite files as
+// they were then, and checkGoPaths leaves them alone.
+var history = map[string]bool{"CHANGELOG.md": true, "bench/HISTORY.md": true}
+
+// goPath is a run of path characters ending in a Go file's name.
+var goPath = regexp.MustCompile(`[\w./-]+\.go\b`)
+
+// checkGoPaths reports each path of a Go file, with at least one slash,
+// that a Markdown file among files (history aside) names, anywhere in its
+// text, and that does not exist. A path is taken from the repository's
+// root, or from the document's own directory when it starts with ./ or
+// ../ or its first element is a directory there (bench/README.md may say
+// soak/check.go). A path whose first element is no directory of either
+// (runtime/netpoll_epoll.go: Go's own source), or that begins with a slash
+// (a web address), is not the repository's and is left alone. It also
+// returns how many paths it checked.
+func checkGoPaths(root string, files []string) (problems []string, checked int) {
+	isDir := func(rel string) bool {
+		st, err := os.Stat(filepath.Join(root, filepath.FromSlash(rel)))
+		return err == nil && st.IsDir()
+	}
+	isFile := func(rel string) bool {
+		st, err := os.Stat(filepath.Join(root, filepath.FromSlash(rel)))
+		return err == nil && st.Mode().IsRegular()
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f, ".md") || history[f] {
+			continue
+		}
+		text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(f)))
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", f, err))
+			continue
+		}
+		dir := path.Dir(f)
+		for n, line := range strings.Split(string(text), "\n") {
+			for _, p := range goPath.FindAllString(line, -1) {
+				if !strings.Contains(p, "/") || strings.HasPrefix(p, "/") {
+					continue
+				}
+				first, _, _ := strings.Cut(p, "/")
+				var candidates []string
+				switch {
+				case first == "." || first == "..":
+					candidates = []string{path.Join(dir, p)}
+				case isDir(first):
+					candidates = []string{p, path.Join(dir, p)}
+				case isDir(path.Join(dir, first)):
+					candidates = []string{path.Join(dir, p)}
+				default:
+					continue // not a path of the repository
+				}
+				checked++
+				found := false
+				for _, c := range candidates {
+					if c != ".." && !strings.HasPrefix(c, "../") && isFile(c) {
+						found = true
+						break
+					}
+				}
+				if !found {
+					problems = append(problems, fmt.Sprintf("%s:%d: %s: no such file", f, n+1, p))
+				}
+			}
+		}
+	}
+	return problems, checked
+}
+
+// TestGoPathCheckerCatchesBadDocs keeps checkGoPaths honest on a
+// repository made up for the purpose: each path of a file that is not
+// there is reported, and nothing else.
+func TestGoPathCheckerCatchesBadDocs(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("proxy/proxy.go", "package proxy\n")
+	write("proxy/route/memo.go", "package route\n")
+	write("bench/soak/check.go", "package main\n")
+	write("README.md", strings.Join([]string{
+		"Start at `proxy/proxy.go`: `Handle`, then proxy/route/memo.go (`Memo.Lookup`).",
+		"| `proxy/route` | `proxy/route/routes.go`: `Table` |",
+		"The pool was `proxy/pool.go`; proxy/upstream.go is gone too.",
+		"Not ours: `runtime/netpoll_epoll.go`, https://github.com/valyala/fasthttp/blob/master/server.go,",
+		"go.dev/src/net/http/server.go, and a file with no directory, `memo.go`.",
+		"```",
+		"see proxy/errors.go",
+		"```",
+		"",
+	}, "\n"))
+	write("bench/README.md", "The checks are `soak/check.go` and `./soak/moving.go`; `../proxy/proxy.go` and `../proxy/fetch.go`.\n")
+	write("CHANGELOG.md", "proxy/pool.go split into proxy/upstream.\n")
+	files := []string{"CHANGELOG.md", "README.md", "bench/README.md", "bench/soak/check.go", "proxy/proxy.go", "proxy/route/memo.go"}
+	got, checked := checkGoPaths(root, files)
+	want := []string{
+		"README.md:2: proxy/route/routes.go: no such file",
+		"README.md:3: proxy/pool.go: no such file",
+		"README.md:3: proxy/upstream.go: no such file",
+		"README.md:7: proxy/errors.go: no such file",
+		"bench/README.md:1: ./soak/moving.go: no such file",
+		"bench/README.md:1: ../proxy/fetch.go: no such file",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("checkGoPaths:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if checked != 10 {
+		t.Errorf("checkGoPaths checked %d paths, want 10", checked)
+	}
 }
