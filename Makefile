@@ -58,7 +58,7 @@ test: vet lint build
 	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing|TestFairGateStraightThrough' ./proxy
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy ./cache ./signer ./tcpio
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy/... ./cache/... ./signer ./tcpio
 
 bench-compare: build
 	bench/compare

@@ -1,6 +1,10 @@
-// Package proxy is explorer-edge's request path: the route table, parameter
-// checks and normalization, client admission, the cache lookup, merging of
-// identical misses, the upstream call and the response writer.
+// Package proxy is explorer-edge's request core: one question's way from
+// Handle to the answer, each step a call in one function per path: route
+// (proxy/route), admission (proxy/admission), parameters, the cache
+// decision, the flight that merges identical misses, the shared tier, the
+// upstream fetch (proxy/upstream), the store and the writer; per-hash
+// batches; the chain-truth wiring. docs/design.md, "The path of one
+// question", walks it step by step.
 package proxy
 
 import (
@@ -20,6 +24,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"explorer-edge/cache"
+	"explorer-edge/cache/disk"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/admin"
@@ -51,11 +56,13 @@ type settings struct {
 type Proxy struct {
 	settings atomic.Pointer[settings] // what a reload may change, swapped whole
 	cache    *cache.Cache
+	disk     *disk.Store    // the disk tier of final answers, under memory (cache.disk_path); nil: none
 	tier     Tier           // the shared tier, asked through shared (tier.go); nil on a single node
 	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
 	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
 	batch    *batcher       // per-hash misses, batched (batch.go)
+	events   *events        // the stream of chain events and its poller (events.go); nil when off
 	work     work           // flights of misses and background refreshes
 	metrics  *metrics.Metrics
 	log      *slog.Logger
@@ -96,7 +103,12 @@ type Options struct {
 	Metrics *metrics.Metrics // required
 	Logger  *slog.Logger     // nil = discard
 	Now     func() time.Time // nil = time.Now
-	Tier    Tier             // nil = single node
+	// Disk is the disk tier of final answers under the memory cache
+	// (cache/disk, cache.disk_path): asked after memory and before the
+	// shared tier, written from keep, purged with memory. The caller
+	// opens it and closes it after the proxy. nil = none.
+	Disk *disk.Store
+	Tier Tier // nil = single node
 	// Fleet carries purges between the nodes (fleet.Redis, the Tier's
 	// Redis); nil = purges stay on this node.
 	Fleet  purge.Fleet
@@ -106,11 +118,14 @@ type Options struct {
 	AccountBudget upstream.AccountBudget
 	// Tracer turns tracing on (NewTracerProvider); nil = off.
 	Tracer trace.TracerProvider
+	// Relay shares the event stream's poll between the nodes (fleet.Redis);
+	// nil = this node polls alone.
+	Relay Relay
 }
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
+	p := &Proxy{cache: o.Cache, disk: o.Disk, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
 		work: work{refreshing: map[string]struct{}{}}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -119,7 +134,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.purges = purge.New(p.cache, purge.Options{Metrics: p.metrics, Logger: p.log, Clock: p.clock, Sample: p.sampleWarn,
+	p.purges = purge.New(p.cache, purge.Options{Metrics: p.metrics, Logger: p.log, Clock: p.clock, Sample: p.sampleWarn, Disk: o.Disk,
 		Chains: s.chains, InFlight: func() time.Duration { return p.settings.Load().inflight() }, Retain: p.retain})
 	if o.Tier != nil {
 		p.tier = o.Tier
@@ -152,6 +167,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if o.Fleet != nil {
 		p.purges.Join(o.Fleet)
 	}
+	p.events = newEvents(p, cfg, s.chains, o.Relay)
 	return p, nil
 }
 
@@ -256,7 +272,7 @@ func (p *Proxy) judgedAt(start time.Time) time.Time {
 
 // Handle is the fasthttp handler of the public listener. A request reads top
 // to bottom: route, admission, parameters, cache, flight, fetch. A URI asked
-// before under the same settings skips routing and parsing (uriMemo), and is
+// before under the same settings skips routing and parsing (route.Memo), and is
 // answered at once when its entry is fresh.
 func (p *Proxy) Handle(ctx *fasthttp.RequestCtx) {
 	defer p.recoverRequest(ctx, "public")
@@ -286,6 +302,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	var r *route.Route
 	if m != nil {
 		r = m.Route
+	} else if p.events != nil && string(ctx.Path()) == EventsPath {
+		p.serveEvents(ctx, s, start)
+		return nil
 	} else if r = route.ByPath(ctx.Path()); r == nil {
 		p.fail(ctx, s, route.Unknown, start, envelope.ErrNotFound)
 		return nil
@@ -378,6 +397,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
+	p.events.asked(q)
 	a, leader, err := p.load(s, q.request(e != nil, false))
 	p.answer(ctx, s, q, e, a, leader, err, start)
 }
@@ -411,6 +431,8 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		result, st = metrics.ResultCollapsed, statusCollapsed
 	case a.shared:
 		result, st = metrics.ResultHit, statusSharedHit
+	case a.disk:
+		result, st = metrics.ResultHit, statusDiskHit
 	case a.cached:
 		result, st = metrics.ResultHit, statusHit
 	}
@@ -492,6 +514,7 @@ type loaded struct {
 	entry  *cache.Entry // a success (code "0")
 	stored bool         // entry was cached
 	shared bool         // entry came from the shared tier, not the upstream
+	disk   bool         // entry came from the disk tier
 	cached bool         // entry was already fresh in the cache (the recheck in fill)
 	status int          // pass-through: upstream status, code and body
 	code   string
@@ -536,51 +559,31 @@ func (p *Proxy) load(s *settings, f *upstream.Request) (a *loaded, leader bool, 
 	return res.Val.(*loaded), leader, nil
 }
 
-// fill runs once per flight.
+// fill runs once per flight: memory again, then the tiers below it (the
+// disk tier, the shared tier), then the upstream.
 func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
-	key := f.Key
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
-	if e := p.cache.GetString(key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+	if e := p.cache.GetString(f.Key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
 		return &loaded{entry: e, stored: true, cached: true}, nil
 	}
-	// A copy another node keeps in its stale windows is this node's stale
-	// copy too: within stale_while_revalidate it is served at once and
-	// refreshed behind (not by a background fetch, which is that refresh);
-	// later it stands in if the fetch fails (a node started during an
-	// upstream outage has nothing of its own).
-	var shared *cache.Entry
+	// A copy a lower tier holds answers (lower), or stands in if the
+	// fetch fails for a request that has no copy of its own (standIn).
+	var stale lowerCopy
+	if p.disk != nil {
+		c := lowerCopy{e: p.fromDisk(s, f), disk: true}
+		if a := p.lower(s, f, c); a != nil {
+			return a, nil
+		}
+		f, stale = standIn(f, c, stale)
+	}
 	if p.tier != nil {
-		_, ts := p.ops.tr.Span(f.Trace, "shared.get")
-		e := p.shared(s).Get(key, p.clock())
-		tracing.End(ts, nil)
-		if e != nil && p.observeEntry(f, e) > 0 {
-			e = nil // another node's head page, behind the head seen: not served
-		}
-		switch e.StateAt(p.clock().UnixNano()) {
-		case cache.Fresh:
-			p.keep(s, e, p.clock())
-			return &loaded{entry: e, stored: true, shared: true}, nil
-		case cache.Stale:
-			if !f.Background {
-				p.keep(s, e, p.clock())
-				return &loaded{entry: e, stored: true, shared: true, revalidate: true}, nil
-			}
-		}
-		if !f.HaveStale && e != nil {
-			shared = e
-			g := *f // the flight's request stays as the handler made it
-			g.HaveStale = true
-			f = &g
-		}
-		_, ts = p.ops.tr.Span(f.Trace, "shared.lock")
-		unlock, e := p.shared(s).Lock(key, p.clock)
-		tracing.End(ts, nil)
+		a, c, unlock := p.fromShared(s, f)
 		defer unlock()
-		if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
-			p.keep(s, e, p.clock())
-			return &loaded{entry: e, stored: true, shared: true}, nil
+		if a != nil {
+			return a, nil
 		}
+		f, stale = standIn(f, c, stale)
 	}
 	// Room for the answer, within budget_wait, or refused like the budget
 	// refuses (bytegate.go).
@@ -601,16 +604,104 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 		a := p.store(s, f, asked, up)
 		p.up.Release(w, len(up.Body))
 		if a.entry == nil {
-			a.stale = shared
+			a.stale = stale.e
 		}
 		a.upstream = took
 		return a, nil
 	}
 	p.up.Release(w, 0)
-	if shared.UsableOnError(p.clock().UnixNano()) {
-		p.keep(s, shared, p.clock()) // the next request finds it here
+	if stale.e.UsableOnError(p.clock().UnixNano()) {
+		stale.keep(p, s, p.clock()) // the next request finds it here
 	}
-	return &loaded{stale: shared, upstream: took}, err
+	return &loaded{stale: stale.e, upstream: took}, err
+}
+
+// lowerCopy is a copy of the answer read from a tier below memory: the
+// disk tier, or the shared tier.
+type lowerCopy struct {
+	e    *cache.Entry // nil: none
+	disk bool         // read from the disk tier: kept in memory, not written back
+}
+
+// keep keeps c in memory as an entry of its tier.
+func (c lowerCopy) keep(p *Proxy, s *settings, now time.Time) {
+	if c.disk {
+		p.promote(s, c.e, now)
+		return
+	}
+	p.keep(s, c.e, now)
+}
+
+// lower is what fill makes of c: fresh, it answers and is kept in memory;
+// within stale_while_revalidate it answers at once and is refreshed behind
+// (not by a background fetch, which is that refresh). nil: it does not
+// answer (standIn).
+func (p *Proxy) lower(s *settings, f *upstream.Request, c lowerCopy) *loaded {
+	switch c.e.StateAt(p.clock().UnixNano()) {
+	case cache.Fresh:
+		c.keep(p, s, p.clock())
+		return &loaded{entry: c.e, stored: true, shared: !c.disk, disk: c.disk}
+	case cache.Stale:
+		if !f.Background {
+			c.keep(p, s, p.clock())
+			return &loaded{entry: c.e, stored: true, shared: !c.disk, disk: c.disk, revalidate: true}
+		}
+	}
+	return nil
+}
+
+// standIn makes c, a lower tier's copy that did not answer, the copy that
+// stands in if f's fetch fails (a node started during an upstream outage
+// has nothing of its own), when f has no copy yet: f is then a copy
+// saying it has one (the flight's request stays as the handler made it).
+func standIn(f *upstream.Request, c, stale lowerCopy) (*upstream.Request, lowerCopy) {
+	if f.HaveStale || c.e == nil {
+		return f, stale
+	}
+	g := *f
+	g.HaveStale = true
+	return &g, c
+}
+
+// fromDisk is the disk tier's copy of f's key: a final answer this node
+// kept, before a restart too. Chain truth sees its block first (a
+// reorganization it shows is purged at once); then it is judged, as the
+// shared tier's copies are, by the purges this node knows, and its times
+// are held to this node's configuration.
+func (p *Proxy) fromDisk(s *settings, f *upstream.Request) *cache.Entry {
+	_, ds := p.ops.tr.Span(f.Trace, "disk.get")
+	e := p.disk.Get(f.Key, p.clock())
+	tracing.End(ds, nil)
+	if e == nil {
+		return nil
+	}
+	p.observeEntry(f, e) // final answers: never a head page behind
+	p.clampTimes(s, f.Route, e)
+	return p.purges.Judge(e)
+}
+
+// fromShared asks the shared tier for f's key: its copy answers (lower),
+// else the fleet-wide fetch lock is taken, which unlock releases once the
+// fetch is over, and another node's answer while it waited answers.
+func (p *Proxy) fromShared(s *settings, f *upstream.Request) (a *loaded, c lowerCopy, unlock func()) {
+	_, ts := p.ops.tr.Span(f.Trace, "shared.get")
+	e := p.shared(s).Get(f.Key, p.clock())
+	tracing.End(ts, nil)
+	if e != nil && p.observeEntry(f, e) > 0 {
+		e = nil // another node's head page, behind the head seen: not served
+	}
+	c = lowerCopy{e: e}
+	if a := p.lower(s, f, c); a != nil {
+		return a, c, func() {}
+	}
+	_, ts = p.ops.tr.Span(f.Trace, "shared.lock")
+	unlock, e = p.shared(s).Lock(f.Key, p.clock)
+	tracing.End(ts, nil)
+	if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
+		p.keep(s, e, p.clock())
+		return &loaded{entry: e, stored: true, shared: true}, c, unlock
+	}
+	return nil, c, unlock
 }
 
 // store turns an upstream answer, its envelope already checked by the
@@ -659,9 +750,22 @@ func (p *Proxy) storeRefusal(s *settings, r *route.Route, key string, status int
 
 // keep stores e, tagged, in this node's memory as the purges let it in
 // (purge.Purger.Admit): an answer a purge selected while it was on its way
-// is dropped, or stored stale. Every entry enters the cache here.
+// is dropped, or stored stale. Every entry enters the cache here (promote
+// too), and a final one the disk tier as well, queued in one step with its
+// verdict; not an answer assembled from per-hash items, which are written
+// themselves and assembled again from there.
 func (p *Proxy) keep(s *settings, e *cache.Entry, now time.Time) {
-	if e = p.purges.Admit(e, now.Add(-s.inflight()).UnixNano()); e != nil {
+	p.keepIn(s, e, now, e.Source != cache.SourceAssembled)
+}
+
+// promote is keep for an entry read from the disk tier: into memory, not
+// written back.
+func (p *Proxy) promote(s *settings, e *cache.Entry, now time.Time) {
+	p.keepIn(s, e, now, false)
+}
+
+func (p *Proxy) keepIn(s *settings, e *cache.Entry, now time.Time, toDisk bool) {
+	if e = p.purges.Admit(e, now.Add(-s.inflight()).UnixNano(), toDisk); e != nil {
 		p.cache.Set(e, now)
 	}
 }
@@ -728,6 +832,7 @@ func (p *Proxy) background(keys []string, fn func(keys []string)) {
 // for those under way. Close it before the cache: a refresh still running
 // would store into a closed cache.
 func (p *Proxy) Close(ctx context.Context) error {
+	p.events.close() // its polls are misses too
 	p.work.mu.Lock()
 	p.work.closed = true
 	p.work.mu.Unlock()

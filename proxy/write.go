@@ -53,6 +53,7 @@ type cacheStatus struct {
 var (
 	statusHit             = cacheStatus{"explorer-edge; hit", true, ""}
 	statusSharedHit       = cacheStatus{"explorer-edge; hit", true, "shared"}
+	statusDiskHit         = cacheStatus{"explorer-edge; hit", true, "disk"}
 	statusStaleRevalidate = cacheStatus{"explorer-edge; hit", true, "stale-while-revalidate"}
 	statusMiss            = cacheStatus{"explorer-edge; fwd=miss; stored", true, ""}
 	statusMissNotStored   = cacheStatus{"explorer-edge; fwd=miss", false, ""}
@@ -297,7 +298,7 @@ func (p *Proxy) corsHeaders(ctx *fasthttp.RequestCtx, s *settings) {
 	}
 }
 
-// refuseFraming answers a request framingError refuses and closes the
+// refuseFraming answers a request server.FramingError refuses and closes the
 // connection: whatever follows on it cannot be trusted to be a request.
 func (p *Proxy) refuseFraming(ctx *fasthttp.RequestCtx, s *settings, start time.Time, e *envelope.Error) {
 	id := route.Unknown

@@ -78,7 +78,7 @@ func UnreadableError(err error, headersTooLarge *envelope.Error) *envelope.Error
 }
 
 // Requests refused before routing: their framing is ambiguous (RFC 9112
-// sections 2.2, 5.2, 6.1; see framingError) or fasthttp could not read them
+// sections 2.2, 5.2, 6.1; see FramingError) or fasthttp could not read them
 // (see Proxy.unreadable). The connection is closed after each.
 var (
 	errFramingTE    = &envelope.Error{Status: 400, Code: "50036", Msg: "Request refused: Transfer-Encoding is not accepted, no route takes a body"}

@@ -271,7 +271,7 @@ func (pl *Pool) BreakerOpen() bool {
 	return true
 }
 
-// fetch asks f's question of the best account, retrying on another one
+// Fetch asks f's question of the best account, retrying on another one
 // (or, alone, on the same after a jittered backoff). It returns the
 // upstream's answer, its body a copy and its envelope checked, or an
 // *envelope.Error. Callers with a stale copy and background callers never wait for
@@ -356,7 +356,7 @@ func (pl *Pool) Fetch(f *Request) (Answer, error) {
 	}
 }
 
-// behind feeds chain truth with a success of u to f (fetchReq.observe) and
+// behind feeds chain truth with a success of u to f (Request.Observe) and
 // returns how many blocks its head page is behind the head seen. An
 // account behind is failing for its health (asked after the others) and
 // its lag is a gauge; a current head page sets the gauge to 0.
