@@ -48,7 +48,7 @@ func (p *Proxy) purgeBody(body []byte, caller string) (purge.Result, *envelope.E
 	}
 	res, err := p.purges.Purge(sel)
 	p.log.Info("purge", "selector", sel.Kind(), "value", sel.Describe(), "mode", sel.Mode(),
-		"memory", res.Memory, "redis", res.Redis, "fleet", res.Fleet, "seq", res.Seq, "caller", caller)
+		"memory", res.Memory, "disk", res.Disk, "redis", res.Redis, "fleet", res.Fleet, "seq", res.Seq, "caller", caller)
 	if err != nil {
 		p.log.Warn("purge not passed on to the fleet: the shared tier did not answer", "err", err)
 		return res, &envelope.Error{Status: 503, Code: "50001", Msg: "Purged this node only (" + strconv.Itoa(res.Memory) +

@@ -106,21 +106,29 @@ type batchParts struct {
 	need       []int          // positions to fetch
 	stale      []string       // hashes served stale, to refresh
 	fromCache  int            // items found fresh or stale
+	fromDisk   int            // of those, found in the disk tier
 	fromShared int            // of those, found in the shared tier
 	tenant     *upstream.Tenant
 }
 
 // lookupParts finds q's hashes in Ristretto, then the missing ones in the
-// shared tier in one round trip.
+// disk tier (each hash's final item is written there, as whole answers
+// are; the answer assembled from them is not), then the rest in the shared
+// tier in one round trip.
 func (p *Proxy) lookupParts(s *settings, q *query, now time.Time) *batchParts {
 	chain := string(q.Chain)
 	b := &batchParts{hashes: make([]string, q.NHashes), items: make([]*cache.Entry, q.NHashes), tenant: q.tenant}
-	var shared []string // keys of the hashes not in Ristretto
+	var shared []string // keys of the hashes not in Ristretto nor on disk
 	var sharedIdx []int
 	for i := range b.hashes {
 		b.hashes[i] = string(q.Hash(i))
 		k := route.HashKey(chain, b.hashes[i])
-		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.tier != nil {
+		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.disk != nil {
+			if b.items[i] = p.itemFromDisk(s, k, now); b.items[i] != nil {
+				b.fromDisk++
+			}
+		}
+		if b.items[i] == nil && p.tier != nil {
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
 		}
 	}
@@ -145,6 +153,21 @@ func (p *Proxy) lookupParts(s *settings, q *query, now time.Time) *batchParts {
 		}
 	}
 	return b
+}
+
+// itemFromDisk is the disk tier's item under key (a hash's records),
+// judged and held to this node's configuration as a whole answer read
+// from there is (fromDisk), and kept in memory; nil if none.
+func (p *Proxy) itemFromDisk(s *settings, key string, now time.Time) *cache.Entry {
+	e := p.disk.Get(key, now)
+	if e == nil {
+		return nil
+	}
+	p.clampTimes(s, &route.Table[route.TransactionMulti], e)
+	if e = p.purges.Judge(e); e != nil {
+		p.promote(s, e, now)
+	}
+	return e
 }
 
 // refreshParts fetches stale hashes in the background, once each however
@@ -224,6 +247,8 @@ func (b *batchParts) status(err error) (metrics.Result, cacheStatus) {
 		return metrics.ResultStale, statusStaleRevalidate
 	case len(b.need) == 0 && b.fromShared > 0:
 		return metrics.ResultHit, statusSharedHit // as a whole key's answer from Redis says
+	case len(b.need) == 0 && b.fromDisk > 0:
+		return metrics.ResultHit, statusDiskHit
 	case len(b.need) == 0:
 		return metrics.ResultHit, statusHit
 	case b.fromCache > 0:

@@ -116,11 +116,7 @@ func (p *Proxy) checkShared(s *settings, e *cache.Entry) string {
 			return "no route"
 		}
 	}
-	now := p.clock().UnixNano()
-	e.Stored = min(e.Stored, now)
-	e.Fresh = min(e.Fresh, e.Stored+int64(p.ttlFor(s, r, e.Class)))
-	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
-	e.StaleIfError = min(e.StaleIfError, int64(s.cfg.Cache.StaleIfError))
+	p.clampTimes(s, r, e)
 	why := ""
 	err := e.WithIdentity(func(body []byte) error {
 		switch {
@@ -143,4 +139,16 @@ func (p *Proxy) checkShared(s *settings, e *cache.Entry) string {
 		return "gzip: " + err.Error()
 	}
 	return why
+}
+
+// clampTimes holds e's times, read from a tier below memory, to this
+// node's configuration for its class on route r: stored no later than
+// now, fresh for at most its class's TTL, stale windows at most the
+// configured ones.
+func (p *Proxy) clampTimes(s *settings, r *route.Route, e *cache.Entry) {
+	now := p.clock().UnixNano()
+	e.Stored = min(e.Stored, now)
+	e.Fresh = min(e.Fresh, e.Stored+int64(p.ttlFor(s, r, e.Class)))
+	e.StaleWhileRevalidate = min(e.StaleWhileRevalidate, int64(route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, e.Class)))
+	e.StaleIfError = min(e.StaleIfError, int64(s.cfg.Cache.StaleIfError))
 }

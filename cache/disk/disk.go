@@ -186,6 +186,11 @@ type Store struct {
 const (
 	fileName   = "disk.db"
 	brokenMark = "disk.db.corrupt" // left by a store that found its file corrupt
+	// unpurgedMark is left by a Delete that could not commit: the file
+	// holds entries a purge selected, which only this process knows to
+	// hide. The commit that removes them removes it; the next Open that
+	// finds it starts an empty file.
+	unpurgedMark = "disk.db.unpurged"
 )
 
 var (
@@ -233,6 +238,11 @@ func Open(o Options) (*Store, error) {
 		s.log.Warn("disk cache: the file was found corrupt; starting empty", "path", s.path)
 		os.Remove(s.path)
 		os.Remove(mark)
+	}
+	if _, err := os.Stat(filepath.Join(o.Dir, unpurgedMark)); err == nil {
+		s.log.Warn("disk cache: a purge could not be written to the file; starting empty", "path", s.path)
+		os.Remove(s.path)
+		os.Remove(filepath.Join(o.Dir, unpurgedMark))
 	}
 	err := s.openFile()
 	if isCorrupt(err) {
@@ -500,8 +510,10 @@ func (s *Store) Flush() {
 // bytes, no body), with the writer waiting: 6-7 ms for 20,000 entries
 // (BenchmarkDelete). A soft purge removes too: an entry on disk has no
 // stale copy, and a miss costs one fetch. If the commit fails (disk
-// full), the entries stay in the file but Get no longer returns them, and
-// the next commit that succeeds removes them.
+// full), the entries stay in the file but Get no longer returns them, the
+// next commit that succeeds removes them, and until it does a mark beside
+// the file (disk.db.unpurged) makes the next Open start empty: a restart
+// never serves what a purge selected.
 func (s *Store) Delete(match func(*cache.Entry) bool) int {
 	s.Flush()
 	s.wmu.Lock()
@@ -523,8 +535,25 @@ func (s *Store) Delete(match func(*cache.Entry) bool) int {
 		list = append(list, match)
 		s.pending.Store(&list)
 		n = s.matching(match)
+		s.markUnpurged(true)
 	}
 	return n
+}
+
+// markUnpurged leaves the mark of a Delete not yet in the file (on), or
+// takes it away once a commit removed what it selects.
+func (s *Store) markUnpurged(on bool) {
+	mark := filepath.Join(filepath.Dir(s.path), unpurgedMark)
+	if !on {
+		os.Remove(mark)
+		return
+	}
+	f, err := os.Create(mark)
+	if err != nil {
+		s.log.Error("disk cache: a purge is not in the file and cannot be marked; remove the file before a restart", "path", s.path, "err", err)
+		return
+	}
+	f.Close()
 }
 
 // matching counts the entries match selects, for a Delete that could not

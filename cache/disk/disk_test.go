@@ -769,6 +769,54 @@ func TestWriteError(t *testing.T) {
 	assertTotals(t, s)
 }
 
+// TestUnpurgedStartsEmpty: a Delete that could not commit (disk full)
+// hides its entries from this process only; until a commit removes them,
+// a restart starts an empty file rather than serve what a purge selected.
+// Once a commit removed them, a restart keeps the rest.
+func TestUnpurgedStartsEmpty(t *testing.T) {
+	for _, recovered := range []bool{false, true} {
+		t.Run(fmt.Sprint("recovered=", recovered), func(t *testing.T) {
+			dir := t.TempDir()
+			var failing atomic.Bool
+			c := newClock(t0)
+			s := open(t, Options{Dir: dir, now: c.now, fail: func() error {
+				if failing.Load() {
+					return syscall.ENOSPC
+				}
+				return nil
+			}})
+			for i := range 10 {
+				s.Put(final(fmt.Sprint("/u/", i), []byte(`{}`), t0, 1, int64(i)))
+			}
+			s.Flush()
+			failing.Store(true)
+			if n := s.Delete(func(e *cache.Entry) bool { return e.Tags.Lo < 5 }); n != 5 {
+				t.Fatalf("Delete matched %d", n)
+			}
+			if recovered {
+				failing.Store(false)
+				c.add(2 * time.Minute)
+				s.Put(final("/after", []byte(`{}`), t0, 1, 100))
+				s.Flush()
+			}
+			s.Close()
+			s = open(t, Options{Dir: dir})
+			for i := range 10 {
+				got := s.Get(fmt.Sprint("/u/", i), t0)
+				if got != nil && (i < 5 || !recovered) {
+					t.Fatalf("entry %d after the restart: served", i)
+				}
+				if got == nil && i >= 5 && recovered {
+					t.Fatalf("entry %d after the restart: lost", i)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, unpurgedMark)); err == nil {
+				t.Fatal("the mark outlived the Open that read it")
+			}
+		})
+	}
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

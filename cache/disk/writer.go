@@ -192,6 +192,7 @@ func (s *Store) update(fn func(w *txn) error) error {
 	}
 	if pending != nil {
 		s.pending.Store(nil) // only Delete adds to it, under wmu
+		s.markUnpurged(false)
 	}
 	s.bytes.Store(w.bytes)
 	s.entries.Store(w.entries)

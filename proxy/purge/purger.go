@@ -3,9 +3,11 @@ package purge
 import (
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
 
 	"explorer-edge/cache"
+	"explorer-edge/cache/disk"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/logsample"
 )
@@ -37,16 +39,26 @@ type Fleet interface {
 // One within it costs at most 30 s of misses.
 const Skew = 30 * time.Second
 
-// Purger applies purges to this node's memory, keeps them in its Log to
-// judge answers stored or read after them, and (fleet mode) publishes them
-// to the fleet and applies the fleet's. Create it with New.
+// Purger applies purges to this node's memory and disk tier, keeps them in
+// its Log to judge answers stored or read after them, and (fleet mode)
+// publishes them to the fleet and applies the fleet's. Create it with New.
 type Purger struct {
 	cache  *cache.Cache
+	disk   *disk.Store // nil: no disk tier
 	log    Log
 	fleet  Fleet // nil on a single node
 	m      *metrics.Metrics
 	logger *slog.Logger
 	o      Options
+	// written orders the disk tier's writes with its purges: Admit holds
+	// it for reading from its verdict until the entry is queued (a channel
+	// send that never blocks), and a purge takes it once, between logging
+	// itself and deleting (Disk). So an entry is either judged by the
+	// purge or queued before the Delete, which writes the queue first and
+	// then removes what the purge selects: a purge that falls between an
+	// answer's verdict and its write cannot leave it in the file, where a
+	// restart would find it with no log to judge it.
+	written sync.RWMutex
 }
 
 // Options are a Purger's collaborators.
@@ -59,6 +71,9 @@ type Options struct {
 	// Chains are the configured chains, upper case, in order: the chain
 	// tags.
 	Chains []string
+	// Disk is the disk tier of final answers (cache/disk): purges apply
+	// to it too, before they answer. nil: none.
+	Disk *disk.Store
 	// InFlight bounds how long an answer can be on its way from the
 	// upstream to the cache (retries, the budget's wait, one more
 	// timeout), and Retain is the longest an entry may live in Redis or in
@@ -69,7 +84,7 @@ type Options struct {
 
 // New makes a purger of c's entries.
 func New(c *cache.Cache, o Options) *Purger {
-	return &Purger{cache: c, m: o.Metrics, logger: o.Logger, o: o}
+	return &Purger{cache: c, disk: o.Disk, m: o.Metrics, logger: o.Logger, o: o}
 }
 
 // Memory applies sel to this node's cache and returns the entries
@@ -79,6 +94,21 @@ func (p *Purger) Memory(sel *Selector, now time.Time) int {
 		return p.cache.PurgeKeys(sel.keys, sel.match, sel.soft, now)
 	}
 	return p.cache.Purge(sel.match, sel.soft, now)
+}
+
+// Disk applies sel to the disk tier and returns the entries removed, once
+// they are out of the file (disk.Store.Delete: a soft purge removes too,
+// an entry on disk has no stale copy). sel must be in the log already:
+// entries being admitted meanwhile are judged by it or were queued before
+// the Delete (Purger.written). 0 without a disk tier.
+func (p *Purger) Disk(sel *Selector) int {
+	if p.disk == nil {
+		return 0
+	}
+	p.written.Lock()
+	//lint:ignore SA2001 a barrier: every Admit that had not seen sel has queued its entry
+	p.written.Unlock()
+	return p.disk.Delete(sel.match)
 }
 
 // Purge applies sel to this node, passes it on to the fleet, and counts
@@ -96,6 +126,7 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	p.log.add(record{at: at, sel: sel}, now.Add(-p.keep()).UnixNano())
 	res := Result{Selector: sel.kind.String(), Mode: sel.Mode()}
 	res.Memory = p.Memory(sel, now)
+	res.Disk = p.Disk(sel)
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	if p.fleet == nil {
 		return res, nil
@@ -109,8 +140,15 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 // Admit is what of e, an answer being stored, the purges since since
 // (unix ns: when an answer stored now may have left) let into the cache:
 // nil when a hard purge selected it while its answer was on its way, a
-// copy stale from a soft one's time, or e.
-func (p *Purger) Admit(e *cache.Entry, since int64) *cache.Entry {
+// copy stale from a soft one's time, or e. With toDisk, e is also queued
+// for the disk tier when it is final and admitted whole, in one step with
+// its verdict (Purger.written).
+func (p *Purger) Admit(e *cache.Entry, since int64, toDisk bool) *cache.Entry {
+	toDisk = toDisk && p.disk != nil && e.Class == cache.Final
+	if toDisk {
+		p.written.RLock()
+		defer p.written.RUnlock()
+	}
 	drop, from := p.log.verdict(e, since)
 	switch {
 	case drop:
@@ -118,13 +156,16 @@ func (p *Purger) Admit(e *cache.Entry, since int64) *cache.Entry {
 	case from != 0 && from < e.Fresh:
 		return e.StaleFrom(from)
 	}
+	if toDisk {
+		p.disk.Put(e)
+	}
 	return e
 }
 
-// Judge is what an entry read from the shared tier is worth after the
-// purges this node knows: nil (purged), a stale one (soft-purged), or e.
-// e is this caller's own, decoded from Redis and tagged: it may be
-// changed.
+// Judge is what an entry read from the shared tier or the disk tier is
+// worth after the purges this node knows: nil (purged), a stale one
+// (soft-purged), or e. e is this caller's own, decoded from Redis or the
+// file and tagged: it may be changed.
 func (p *Purger) Judge(e *cache.Entry) *cache.Entry {
 	if e == nil || !p.log.after(e.Stored) {
 		return e // no purge since its answer
@@ -205,16 +246,22 @@ func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
 		return
 	}
 	n := p.Memory(sel, now)
+	d := p.Disk(sel)
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	p.logger.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.Describe(), "mode", sel.Mode(),
-		"memory", n, "lag", now.Sub(time.Unix(0, at)).String())
+		"memory", n, "disk", d, "lag", now.Sub(time.Unix(0, at)).String())
 }
 
-// purgesLost drops the whole memory cache: the fleet purged things this
-// node can no longer learn.
+// purgesLost drops the whole memory cache and disk tier: the fleet purged
+// things this node can no longer learn.
 func (p *Purger) purgesLost() {
-	n := p.cache.Purge(func(*cache.Entry) bool { return true }, false, p.o.Clock())
-	p.logger.Warn("missed purges of the fleet; dropped the memory cache", "entries", n)
+	all := func(*cache.Entry) bool { return true }
+	n := p.cache.Purge(all, false, p.o.Clock())
+	d := 0
+	if p.disk != nil {
+		d = p.disk.Delete(all)
+	}
+	p.logger.Warn("missed purges of the fleet; dropped the memory cache and the disk tier", "entries", n, "disk", d)
 }
 
 // keep is how long the log keeps a record: long enough to judge any

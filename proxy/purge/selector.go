@@ -333,6 +333,7 @@ type Result struct {
 	Selector string `json:"selector"`
 	Mode     string `json:"mode"`
 	Memory   int    `json:"memory"` // entries of this node's cache
+	Disk     int    `json:"disk"`   // entries of this node's disk tier (cache.disk_path), removed before the answer
 	// Redis counts the shared tier's entries found by key (those of a url,
 	// a hash's own entry): deleted (hard) or there to be read as stale
 	// (soft). Entries found by tags are judged as each node reads them.
