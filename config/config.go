@@ -213,6 +213,16 @@ type Auth struct {
 // Cache sizes the cache and sets its times.
 type Cache struct {
 	MaxBytes int64 `koanf:"max_bytes"` // bound on bytes held by entries
+	// DiskPath is the directory of the disk tier (cache/disk, docs/disk.md):
+	// final answers, as stored (compressed), kept in a file under the
+	// memory cache so that a node restarts warm; looked up after memory
+	// and before the shared tier. It must be a writable directory. "" =
+	// off. A reload cannot change it (restart).
+	DiskPath string `koanf:"disk_path"`
+	// DiskMaxBytes bounds what the disk tier's entries take in its file,
+	// oldest evicted first; the file takes up to 1.35x it, plus 16 MB
+	// bbolt grows it by. Used only with disk_path; at least 1 MiB.
+	DiskMaxBytes int64 `koanf:"disk_max_bytes"`
 	// IdentityBytes is the most of MaxBytes identity copies of the answers
 	// clients that do not take gzip ask for most may hold (answers are
 	// held compressed; the others are inflated per request); what they do
@@ -347,6 +357,7 @@ func Default() Config {
 		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
 			MaxBytes:             256 << 20,
+			DiskMaxBytes:         1 << 30,
 			StaleWhileRevalidate: PerClass{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
 			StaleIfError:         10 * time.Minute,
 			BatchWindow:          2 * time.Millisecond,

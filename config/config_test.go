@@ -3,6 +3,7 @@ package config
 import (
 	yaml "go.yaml.in/yaml/v3"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -194,5 +195,51 @@ func TestValidateHoldsNoSecrets(t *testing.T) {
 		if !strings.Contains(err.Error(), key+":") {
 			t.Errorf("Validate's message does not name %s:\n%v", key, err)
 		}
+	}
+}
+
+// TestDiskPath: cache.disk_path must be a directory the edge can create
+// its file in (-check-config says so before a start would fail), and
+// disk_max_bytes must bound it; empty, the disk tier is off and neither
+// is checked.
+func TestDiskPath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o600)
+	readOnly := t.TempDir()
+	if os.Geteuid() == 0 { // root writes through permissions: a read-only mount
+		readOnly = t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", readOnly).CombinedOutput(); err != nil {
+			readOnly = ""
+			t.Logf("no read-only case: mount tmpfs not permitted: %v %s", err, out)
+		} else {
+			t.Cleanup(func() { exec.Command("umount", readOnly).Run() })
+		}
+	} else {
+		os.Chmod(readOnly, 0o500)
+		t.Cleanup(func() { os.Chmod(readOnly, 0o700) })
+	}
+	f := func(path string, maxBytes int64, want string) {
+		t.Helper()
+		c := valid()
+		c.Cache.DiskPath, c.Cache.DiskMaxBytes = path, maxBytes
+		err := c.Validate()
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("disk_path %q, disk_max_bytes %d: %v", path, maxBytes, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("disk_path %q, disk_max_bytes %d: %v, want %q", path, maxBytes, err, want)
+		}
+	}
+	dir := t.TempDir()
+	f("", 0, "")
+	f(dir, 1<<30, "")
+	f(filepath.Join(dir, "missing"), 1<<30, "cache.disk_path: ")
+	f(file, 1<<30, "not a directory")
+	f(dir, 1000, "cache.disk_max_bytes")
+	if readOnly != "" {
+		f(readOnly, 1<<30, "is not a writable directory")
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the check left %v in %s", entries, dir)
 	}
 }

@@ -77,6 +77,8 @@ var reloadRules = map[string]bool{
 	"auth.ip_v6_prefix":                     true,
 	"cache.max_bytes":                       false,
 	"cache.identity_bytes":                  false,
+	"cache.disk_path":                       false,
+	"cache.disk_max_bytes":                  false,
 	"cache.stale_while_revalidate.head":     true,
 	"cache.stale_while_revalidate.final":    true,
 	"cache.stale_while_revalidate.volatile": true,

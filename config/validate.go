@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -281,6 +282,7 @@ func (c *Config) checkCache(v *validator) {
 		}
 	}
 	v.positive("cache.batch_window", ca.BatchWindow)
+	c.checkDisk(v)
 	if ca.Policy != "finality" && ca.Policy != "route" {
 		v.bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)
 	}
@@ -291,6 +293,36 @@ func (c *Config) checkCache(v *validator) {
 			v.nonNegative("cache.ttl."+route+"."+f.name, f.d)
 		}
 	}
+}
+
+// checkDisk checks the disk tier: a directory the edge can create its
+// file in (a probe file is created and removed), and its bound. Reloads
+// validate too: a disk_path that stopped being writable (a read-only
+// volume) refuses the reload, the configuration in force serving on.
+func (c *Config) checkDisk(v *validator) {
+	ca := c.Cache
+	if ca.DiskPath == "" {
+		return
+	}
+	if ca.DiskMaxBytes < 1<<20 {
+		v.bad("cache.disk_max_bytes: must be >= 1048576 with cache.disk_path set, got %d", ca.DiskMaxBytes)
+	}
+	fi, err := os.Stat(ca.DiskPath)
+	switch {
+	case err != nil:
+		v.bad("cache.disk_path: %q is not a writable directory: %v", ca.DiskPath, err)
+		return
+	case !fi.IsDir():
+		v.bad("cache.disk_path: %q is not a writable directory: not a directory", ca.DiskPath)
+		return
+	}
+	f, err := os.CreateTemp(ca.DiskPath, ".check-*")
+	if err != nil {
+		v.bad("cache.disk_path: %q is not a writable directory: %v", ca.DiskPath, err)
+		return
+	}
+	f.Close()
+	os.Remove(f.Name())
 }
 
 // checkServer checks the listeners' limits: server.* and admin_max_conns.

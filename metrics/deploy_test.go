@@ -52,6 +52,7 @@ func exportedFamilies(t *testing.T) exported {
 	m.MemoryBound(448 << 20)                                                                          // by main, from the memory limit
 	m.FinalHeight("CHAINX", 100)                                                                      // once a block list says it
 	m.HeadAges([]string{"CHAINX", "TRADE_ZONE"}, func(string) (float64, bool) { return 1, true })     // by the proxy, once a head is seen
+	m.Disk(1<<30, func() metrics.DiskStats { return metrics.DiskStats{} })                            // by the composition root, with cache.disk_path
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -122,3 +122,37 @@ func TestNoSeriesThatCannotMove(t *testing.T) {
 		t.Errorf("after a 50115 on an unknown path, requests_total{route=\"unknown\"} codes %v, want 404 and 50115", codes)
 	}
 }
+
+// TestDiskFamilies: the disk tier's families read the store's counters at
+// scrape time, each under its name, and the histogram observes reads.
+func TestDiskFamilies(t *testing.T) {
+	m := metrics.New(route.Names(), nil, cacheStats{})
+	st := metrics.DiskStats{Hits: 1, Misses: 2, Writes: 3, Drops: 4, WriteErrors: 5, Evictions: 6, Expired: 7, Corrupt: 8, Deleted: 9, Bytes: 10, Entries: 11}
+	observe := m.Disk(1<<20, func() metrics.DiskStats { return st })
+	observe(3e-6)
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		s := mf.GetMetric()[0]
+		switch {
+		case s.GetCounter() != nil:
+			got[mf.GetName()] = s.GetCounter().GetValue()
+		case s.GetGauge() != nil:
+			got[mf.GetName()] = s.GetGauge().GetValue()
+		case s.GetHistogram() != nil:
+			got[mf.GetName()] = float64(s.GetHistogram().GetSampleCount())
+		}
+	}
+	for name, want := range map[string]float64{
+		"hits_total": 1, "misses_total": 2, "writes_total": 3, "drops_total": 4, "write_errors_total": 5,
+		"evictions_total": 6, "expired_total": 7, "corrupt_total": 8, "deleted_total": 9,
+		"bytes": 10, "entries": 11, "max_bytes": 1 << 20, "read_seconds": 1,
+	} {
+		if v, ok := got["explorer_edge_disk_"+name]; !ok || v != want {
+			t.Errorf("explorer_edge_disk_%s = %v (exported: %v), want %v", name, v, ok, want)
+		}
+	}
+}

@@ -20,11 +20,12 @@ func Build(cfg config.Config, parts node.Parts) (node.Core, error) {
 	return New(cfg, OptionsOf(parts))
 }
 
-// OptionsOf are New's collaborators from node.Start's parts: in fleet mode
-// the shared tier is the second cache tier, the fleet's purge log and the
+// OptionsOf are New's collaborators from node.Start's parts: the disk
+// tier, when cache.disk_path is set; in fleet mode the shared tier is the
+// cache tier below it, the fleet's purge log and the
 // fleet-wide budget of every account.
 func OptionsOf(parts node.Parts) Options {
-	o := Options{Cache: parts.Cache, Metrics: parts.Metrics, Logger: parts.Logger, Now: parts.Now, Tracer: parts.Tracer}
+	o := Options{Cache: parts.Cache, Metrics: parts.Metrics, Logger: parts.Logger, Now: parts.Now, Tracer: parts.Tracer, Disk: parts.Disk}
 	if shared := parts.Shared; shared != nil {
 		o.Tier, o.Fleet, o.Budget = shared, shared, shared.Budget()
 		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"explorer-edge/cache"
+	"explorer-edge/cache/disk"
 	"explorer-edge/config"
 	"explorer-edge/fleet"
 	"explorer-edge/metrics"
@@ -79,6 +80,7 @@ type Parts struct {
 	Now     func() time.Time     // nil = time.Now
 	Tracer  trace.TracerProvider // nil = tracing off
 	Shared  *fleet.Redis         // the shared tier; nil on a single node
+	Disk    *disk.Store          // the disk tier (cache.disk_path); nil when off
 }
 
 // Core is what the node asks of the request core (proxy.Proxy).
@@ -99,6 +101,7 @@ type Core interface {
 type Node struct {
 	p       Core
 	cache   *cache.Cache
+	disk    *disk.Store // nil when cache.disk_path is empty
 	metrics *metrics.Metrics
 	shared  *fleet.Redis             // nil on a single node
 	tracer  *sdktrace.TracerProvider // the provider Start built; nil if given or off
@@ -161,8 +164,9 @@ func Start(cfg config.Config, o Options) (_ *Node, err error) {
 }
 
 // collaborators builds what the request core takes beside the
-// configuration: the cache, the metrics, the tracer provider and, in fleet
-// mode, the shared tier.
+// configuration: the cache, the metrics, the disk tier (with
+// cache.disk_path), the tracer provider and, in fleet mode, the shared
+// tier.
 func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 	var err error
 	n.cache, err = cache.New(cache.Config{MaxBytes: cfg.Cache.MaxBytes, IdentityBytes: cfg.Cache.IdentityBytes})
@@ -173,7 +177,12 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 	if o.Register != nil {
 		o.Register(n.metrics)
 	}
-	parts := Parts{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer}
+	if cfg.Cache.DiskPath != "" {
+		if n.disk, err = n.openDisk(cfg); err != nil {
+			return Parts{}, err
+		}
+	}
+	parts := Parts{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer, Disk: n.disk}
 	if o.Tracer == nil && cfg.Tracing.OTLPEndpoint != "" {
 		tp, err := tracing.NewTracerProvider(cfg.Tracing, o.Logger)
 		if err != nil {
@@ -196,6 +205,33 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 		parts.Shared = n.shared
 	}
 	return parts, nil
+}
+
+// openDisk opens the disk tier in cache.disk_path (docs/disk.md) and
+// registers its metrics. Its entries are tagged by route and chain
+// numbers: a file written under another route table or chain list starts
+// empty (disk.Options.TagSpace).
+func (n *Node) openDisk(cfg config.Config) (*disk.Store, error) {
+	chains := make([]string, len(cfg.Chains))
+	for i, c := range cfg.Chains {
+		chains[i] = strings.ToUpper(strings.TrimSpace(c))
+	}
+	var d *disk.Store
+	// The store's counters are read at scrape time only, once it is open.
+	observe := n.metrics.Disk(cfg.Cache.DiskMaxBytes, func() metrics.DiskStats {
+		s := d.Stats()
+		return metrics.DiskStats{Hits: s.Hits, Misses: s.Misses, Writes: s.Writes, Drops: s.Drops, WriteErrors: s.WriteErrors,
+			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries}
+	})
+	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, Logger: n.log,
+		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","),
+		Metrics:  disk.Metrics{ReadSeconds: observe}})
+	if err != nil {
+		return nil, err
+	}
+	st := d.Stats()
+	n.log.Info("disk tier open", "path", cfg.Cache.DiskPath, "max_bytes", cfg.Cache.DiskMaxBytes, "entries", st.Entries, "bytes", st.Bytes)
+	return d, nil
 }
 
 // FleetConfig takes the shared tier's settings from the configuration: the
@@ -268,6 +304,9 @@ func (n *Node) Core() Core { return n.p }
 
 // Metrics is the node's metrics (its /metrics).
 func (n *Node) Metrics() *metrics.Metrics { return n.metrics }
+
+// Disk is the node's disk tier; nil when cache.disk_path is empty.
+func (n *Node) Disk() *disk.Store { return n.disk }
 
 // Cache is the node's in-memory cache.
 func (n *Node) Cache() *cache.Cache { return n.cache }
@@ -387,6 +426,13 @@ func (n *Node) closeParts() {
 	}
 	if n.shared != nil {
 		n.shared.Close()
+	}
+	if n.disk != nil {
+		// After the core: nothing is kept any more; what is queued is
+		// written (a kill -9 loses it).
+		if err := n.disk.Close(); err != nil {
+			n.log.Error("disk tier close", "err", err)
+		}
 	}
 	if n.tracer != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), tracerFlushTimeout)
