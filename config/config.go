@@ -34,6 +34,46 @@ type Config struct {
 	CORS            CORS          `koanf:"cors"`
 	Admin           Admin         `koanf:"admin"`
 	Tracing         Tracing       `koanf:"tracing"`
+	Stream          Stream        `koanf:"stream"`
+}
+
+// Stream is the stream of chain events on the public port,
+// GET /edge/v1/events (docs/stream.md): new heads and reorganizations
+// pushed to browsers as server-sent events. Every key but poll_interval
+// and variants is read at start (a reload that changes one is refused).
+type Stream struct {
+	// Enabled serves the stream; false = the path answers 404 like any
+	// other outside the route table.
+	Enabled bool `koanf:"enabled"`
+	// MaxSubscribers bounds the streams open on this node (503 beyond).
+	MaxSubscribers int `koanf:"max_subscribers"`
+	// MaxPerIP bounds the streams of one client address (429 beyond).
+	MaxPerIP int `koanf:"max_per_ip"`
+	// Heartbeat is the interval of the comment lines that keep an idle
+	// stream open through proxies.
+	Heartbeat time.Duration `koanf:"heartbeat"`
+	// History is how many events per chain are kept for resumes
+	// (Last-Event-ID); an id older than that is answered with a reset.
+	History int `koanf:"history"`
+	// Buffer is how many events wait for one subscriber; one that falls
+	// further behind is dropped and reconnects.
+	Buffer int `koanf:"buffer"`
+	// WriteTimeout bounds each write to a subscriber; one that passes it
+	// is dropped.
+	WriteTimeout time.Duration `koanf:"write_timeout"`
+	// Retry is the reconnection time a drained stream is told (spread
+	// over [retry, 2*retry)) and the Retry-After of a refusal.
+	Retry time.Duration `koanf:"retry"`
+	// PollInterval is how often each chain's newest block page is asked
+	// of the upstream while someone listens, by one node of the fleet.
+	PollInterval time.Duration `koanf:"poll_interval"`
+	// Variants is how many other newest-page questions per chain (another
+	// limit) that clients asked in the last minutes are refreshed with
+	// each new head before it is announced; 0 = the default page only.
+	Variants int `koanf:"variants"`
+	// Lease is the lifetime of the fleet's poll lease in Redis: a node
+	// that died holding it is replaced within it.
+	Lease time.Duration `koanf:"lease"`
 }
 
 // Tracing sends OpenTelemetry spans (docs/operations.md, Tracing). Off
@@ -383,6 +423,8 @@ func Default() Config {
 			LocalShare: 0.34,
 		},
 		Tracing: Tracing{SampleRatio: 0.1, ServiceName: "explorer-edge"},
+		Stream: Stream{MaxSubscribers: 2048, MaxPerIP: 32, Heartbeat: 15 * time.Second, History: 256, Buffer: 16,
+			WriteTimeout: 10 * time.Second, Retry: 3 * time.Second, PollInterval: time.Second, Variants: 4, Lease: 3 * time.Second},
 	}
 }
 

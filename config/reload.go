@@ -129,6 +129,20 @@ var reloadRules = map[string]bool{
 	"tracing.otlp_endpoint": false,
 	"tracing.sample_ratio":  false,
 	"tracing.service_name":  false,
+
+	// The hub is built once, at start; the poller reads its interval and
+	// variants at each poll.
+	"stream.enabled":         false,
+	"stream.max_subscribers": false,
+	"stream.max_per_ip":      false,
+	"stream.heartbeat":       false,
+	"stream.history":         false,
+	"stream.buffer":          false,
+	"stream.write_timeout":   false,
+	"stream.retry":           false,
+	"stream.poll_interval":   true,
+	"stream.variants":        true,
+	"stream.lease":           false,
 }
 
 // ReloadRules is every key with what a reload does with it: true applied,

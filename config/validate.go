@@ -34,6 +34,7 @@ func (c *Config) Validate() error {
 	c.checkAccessFields(v)
 	c.checkAdmin(v)
 	c.checkShared(v)
+	c.checkStream(v)
 	if len(v.errs) == 0 {
 		return nil
 	}
@@ -442,4 +443,27 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// MaxStreamVariants bounds stream.variants: each is one more upstream
+// call per new head.
+const MaxStreamVariants = 16
+
+func (c *Config) checkStream(v *validator) {
+	st := c.Stream
+	if st.MaxSubscribers < 1 || st.MaxPerIP < 1 || st.History < 1 || st.Buffer < 1 {
+		v.bad("stream.max_subscribers, max_per_ip, history, buffer: must be >= 1, got %d, %d, %d, %d", st.MaxSubscribers, st.MaxPerIP, st.History, st.Buffer)
+	}
+	v.positive("stream.heartbeat", st.Heartbeat)
+	v.positive("stream.write_timeout", st.WriteTimeout)
+	v.positive("stream.retry", st.Retry)
+	if st.PollInterval < 100*time.Millisecond {
+		v.bad("stream.poll_interval: must be >= 100ms, got %v", st.PollInterval)
+	}
+	if st.Variants < 0 || st.Variants > MaxStreamVariants {
+		v.bad("stream.variants: must be within 0..%d, got %d", MaxStreamVariants, st.Variants)
+	}
+	if st.Lease < 2*st.PollInterval {
+		v.bad("stream.lease: must be at least twice stream.poll_interval (%v), got %v", st.PollInterval, st.Lease)
+	}
 }

@@ -27,7 +27,7 @@ func Build(cfg config.Config, parts node.Parts) (node.Core, error) {
 func OptionsOf(parts node.Parts) Options {
 	o := Options{Cache: parts.Cache, Metrics: parts.Metrics, Logger: parts.Logger, Now: parts.Now, Tracer: parts.Tracer, Disk: parts.Disk}
 	if shared := parts.Shared; shared != nil {
-		o.Tier, o.Fleet, o.Budget = shared, shared, shared.Budget()
+		o.Tier, o.Fleet, o.Budget, o.Relay = shared, shared, shared.Budget(), shared
 		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {
 			return shared.AccountBudget(name, rate, burst)
 		}

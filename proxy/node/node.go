@@ -26,6 +26,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
+	"explorer-edge/proxy/stream"
 	"explorer-edge/proxy/tracing"
 )
 
@@ -94,6 +95,9 @@ type Core interface {
 	NoteReload(err error)
 	SetDraining(draining bool)
 	Close(ctx context.Context) error
+	// Events is the hub of the event stream (proxy/stream); nil when
+	// stream.enabled is off.
+	Events() *stream.Hub
 }
 
 // Node is one running edge: the request core and what it was built with,
@@ -149,6 +153,7 @@ func Start(cfg config.Config, o Options) (_ *Node, err error) {
 		return nil, err
 	}
 	if n.p, err = o.Core(cfg, parts); err != nil {
+		n.p = nil // a typed nil in the interface must not be closed
 		return nil, err
 	}
 	if !o.NoSelfCheck {
@@ -296,6 +301,12 @@ func (n *Node) release() {
 			ln.Close()
 		}
 	}
+	if n.p != nil { // the core's pollers and the hub's heartbeat
+		n.p.Close(context.Background())
+		if hub := n.p.Events(); hub != nil {
+			hub.Close()
+		}
+	}
 	n.closeParts()
 }
 
@@ -390,6 +401,12 @@ func changedKeys(keys []string) []string {
 func (n *Node) Drain(ctx context.Context) error {
 	n.drainOnce.Do(func() {
 		n.p.SetDraining(true)
+		// Streams first: each is told to come back (retry:) and ends, and
+		// new ones are refused, before the servers stop; open streams do
+		// not hold Shutdown (they are hijacked).
+		if hub := n.p.Events(); hub != nil {
+			hub.Drain()
+		}
 		n.drainErr = n.srv.ShutdownWithContext(ctx)
 		if err := n.admin.ShutdownWithContext(ctx); n.drainErr == nil {
 			n.drainErr = err
@@ -411,6 +428,10 @@ func (n *Node) Close(ctx context.Context) error {
 		// store raced the cache's Close.
 		if perr := n.p.Close(ctx); err == nil {
 			err = perr
+		}
+		// The pollers stopped with the core; the streams end now.
+		if hub := n.p.Events(); hub != nil {
+			hub.Close()
 		}
 		n.closeParts()
 		n.closeErr = err

@@ -53,6 +53,10 @@ func New(cfg config.Server, h fasthttp.RequestHandler, unreadable func(*fasthttp
 		NoDefaultContentType:          true,
 		CloseOnShutdown:               true,
 		TCPKeepalive:                  true,
+		// A hijacked connection (an event stream, proxy/stream) is its
+		// handler's alone: the server neither closes it nor keeps the
+		// request's buffers for it (stream.Options.KeptConns).
+		KeepHijackedConns: true,
 		// fasthttp would quote the request's raw headers (credentials
 		// included) in its parse errors; connLogger redacts what remains.
 		SecureErrorLogMessage: true,

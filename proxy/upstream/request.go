@@ -29,6 +29,10 @@ type Request struct {
 	// HeadList: the question is the chain's newest block page, whose
 	// answer must not be behind the head seen (reorg.go).
 	HeadList bool
+	// Poll: the event stream's poll of a newest page (proxy/events.go):
+	// it asks the upstream even when the cache holds the key fresh, since
+	// it is asked to find what is newer than that.
+	Poll bool
 	// Observe feeds chain truth with a success's body (set by fill, with
 	// the time the question left) and says how many blocks a head page is
 	// behind the head seen; the Pool asks another account then.

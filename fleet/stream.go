@@ -1,0 +1,98 @@
+package fleet
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// The event stream's share of the fleet (docs/stream.md): one node per
+// chain polls the upstream's newest block page, holding a lease in Redis
+// that it renews at every poll, and publishes what it announces on a
+// channel every node subscribes to, so that N nodes cost one poll per
+// interval. Redis being down is the shared tier's usual case: Lease says
+// so (ok false) and the node polls alone, within its local share of the
+// budget.
+
+// holdLease takes the lease (KEYS[1]) for token ARGV[1] when it is free,
+// or renews it when token holds it, for ARGV[2] milliseconds; 1 when
+// token holds it now.
+var holdLease = rueidis.NewLuaScript(`local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then redis.call("PEXPIRE", KEYS[1], ARGV[2]) return 1 end
+if not v then redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2]) return 1 end
+return 0`)
+
+func (r *Redis) leaseKey(name string) string { return r.cfg.Prefix + "{stream}:lease:" + name }
+func (r *Redis) eventChannel() string        { return r.cfg.Prefix + "{stream}:events" }
+
+// Lease takes or renews the lease name for token, for ttl. held says this
+// token holds it now; ok is false when Redis did not answer (the node is
+// on its own: it polls alone). Counted as lock operations.
+func (r *Redis) Lease(name, token string, ttl time.Duration) (held, ok bool) {
+	c := r.live()
+	if c == nil {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	n, err := holdLease.Exec(ctx, c, []string{r.leaseKey(name)}, []string{token, strconv.FormatInt(ttl.Milliseconds(), 10)}).AsInt64()
+	if !r.result(opLock, err) {
+		return false, false
+	}
+	return n == 1, true
+}
+
+// ReleaseLease gives up the lease name if token holds it, so that another
+// node takes it at its next poll rather than when it expires.
+func (r *Redis) ReleaseLease(name, token string) {
+	if c := r.live(); c != nil {
+		r.unlock(c, r.leaseKey(name), token)
+	}
+}
+
+// PublishEvent sends msg to every node's WatchEvents; it reports whether
+// Redis took it. Counted as set operations.
+func (r *Redis) PublishEvent(msg []byte) bool {
+	c := r.live()
+	if c == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	err := c.Do(ctx, c.B().Publish().Channel(r.eventChannel()).Message(rueidis.BinaryString(msg)).Build()).Error()
+	return r.result(opSet, err)
+}
+
+// WatchEvents calls fn with every message PublishEvent sent (this node's
+// own included), from one goroutine, until Close. While Redis is down or
+// the subscription breaks it subscribes again every Backoff; what was
+// published meanwhile is not seen (the node polls alone then).
+func (r *Redis) WatchEvents(fn func(msg []byte)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		<-r.closed
+		cancel()
+	}()
+	go func() {
+		defer r.wg.Done()
+		for ctx.Err() == nil {
+			if c := r.live(); c != nil {
+				c.Receive(ctx, c.B().Subscribe().Channel(r.eventChannel()).Build(), func(m rueidis.PubSubMessage) {
+					fn([]byte(m.Message))
+				})
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(r.cfg.Backoff):
+			}
+		}
+	}()
+}
+
+// Subscribed reports whether Redis is in use: while it is not, a node
+// neither holds leases nor hears the others' events.
+func (r *Redis) Subscribed() bool { return r.live() != nil }

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/buger/jsonparser"
+
+	"explorer-edge/config"
+	"explorer-edge/sim"
+)
+
+// The stream of chain events (events.go, docs/stream.md) end to end:
+// explorer-sim on the harness's clock, an edge with stream.enabled, and
+// EventSource clients read off raw connections.
+
+// withStream turns the stream on, polling every 100ms.
+func withStream(c *config.Config, _ *sim.Config) {
+	c.Stream.Enabled = true
+	c.Stream.PollInterval = 100 * time.Millisecond
+	c.Stream.Lease = time.Second
+}
+
+// sseEvent is one event as an EventSource dispatches it.
+type sseEvent struct {
+	id, typ, data string
+	retry         bool // the block held a retry: line
+}
+
+// sseStream is one event stream read off its connection.
+type sseStream struct {
+	conn   net.Conn
+	status int
+	header string
+	events chan sseEvent // closed when the connection ends
+}
+
+// openStream asks target of addr and reads its events in the background.
+func openStream(t testing.TB, addr, target string, headers ...string) *sseStream {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := "GET " + target + " HTTP/1.1\r\nHost: edge\r\nAccept: text/event-stream\r\n"
+	for i := 0; i+1 < len(headers); i += 2 {
+		req += headers[i] + ": " + headers[i+1] + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	s := &sseStream{conn: c, events: make(chan sseEvent, 4096)}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stream headers: %v (%q)", err, s.header)
+		}
+		if s.status == 0 {
+			s.status, _ = strconv.Atoi(strings.Fields(line)[1])
+		}
+		s.header += line
+		if line == "\r\n" {
+			break
+		}
+	}
+	c.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(s.events)
+		var ev sseEvent
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimSuffix(line, "\n")
+			name, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch {
+			case line == "":
+				if ev.typ != "" || ev.retry {
+					s.events <- ev
+				}
+				ev = sseEvent{id: ev.id}
+			case name == "id":
+				ev.id = value
+			case name == "event":
+				ev.typ = value
+			case name == "data":
+				ev.data = value
+			case name == "retry":
+				ev.retry = true
+			}
+		}
+	}()
+	return s
+}
+
+// next is the next event, failing the test after 10s or at the end.
+func (s *sseStream) next(t testing.TB) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-s.events:
+		if !ok {
+			t.Fatal("the stream ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return sseEvent{}
+}
+
+// headEvent is a head event's data.
+type headEvent struct {
+	Chain  string `json:"chain"`
+	Height int64  `json:"height"`
+	Hash   string `json:"hash"`
+	Time   int64  `json:"time"`
+	Final  int64  `json:"final"`
+}
+
+// nextHead is the next head event above height.
+func (s *sseStream) nextHead(t testing.TB, above int64) (headEvent, sseEvent) {
+	t.Helper()
+	for {
+		ev := s.next(t)
+		if ev.typ != "head" {
+			continue
+		}
+		var h headEvent
+		if err := json.Unmarshal([]byte(ev.data), &h); err != nil {
+			t.Fatalf("head data %q: %v", ev.data, err)
+		}
+		if h.Height > above {
+			return h, ev
+		}
+	}
+}
+
+// newestHeight is the newest block of a block-list answer.
+func newestHeight(t testing.TB, body []byte) int64 {
+	t.Helper()
+	var top int64
+	jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
+		s, _ := jsonparser.GetString(row, "height")
+		if h, _ := strconv.ParseInt(s, 10, 64); h > top {
+			top = h
+		}
+	}, "data", "[0]", "blockList")
+	if top == 0 {
+		t.Fatalf("no blocks in %s", body)
+	}
+	return top
+}
+
+// headCalls counts the upstream calls of CHAINX's newest pages: the
+// default one and those with a limit.
+func headCalls(h *harness) (def, variants int) {
+	for _, target := range h.rec.all() {
+		if !strings.HasPrefix(target, "/api/v5/chainx/block/block-list?chainShortName=CHAINX") || strings.Contains(target, "height=") {
+			continue
+		}
+		if strings.Contains(target, "limit=20") {
+			def++
+		} else {
+			variants++
+		}
+	}
+	return def, variants
+}
+
+// polls is stream_polls_total of chain (result: one of them, or all).
+func polls(t testing.TB, h *harness, chain string, result ...string) float64 {
+	t.Helper()
+	labels := []string{"chain", chain}
+	if len(result) > 0 {
+		labels = append(labels, "result", result[0])
+	}
+	return gathered(t, h).value(t, "explorer_edge_stream_polls_total", labels...)
+}
+
+// TestEventsCachedBeforeAnnounced is the stream's guarantee: when a head
+// event for height H arrives, the newest block page a frontend asks (the
+// default one, and a variant clients asked lately) is a cache hit holding
+// H. As the chain moves, every head is announced once; the upstream is
+// asked once per poll, whatever the number of subscribers.
+func TestEventsCachedBeforeAnnounced(t *testing.T) {
+	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) { c.Stream.MaxPerIP = 64 })
+	def := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
+	if r := h.get(variant); r.status != 200 { // a variant clients ask
+		t.Fatalf("variant: %d %s", r.status, r.body)
+	}
+	streams := make([]*sseStream, 50)
+	for i := range streams {
+		streams[i] = openStream(t, h.addr, "/edge/v1/events?chains=chainx")
+		if streams[i].status != 200 || !strings.Contains(streams[i].header, "Content-Type: text/event-stream") {
+			t.Fatalf("stream %d: %d %q", i, streams[i].status, streams[i].header)
+		}
+	}
+	last := int64(0)
+	for block := range 6 {
+		if block > 0 {
+			h.clock.Advance(time.Second) // explorer-sim makes a block a second of its clock
+		}
+		head, _ := streams[0].nextHead(t, last)
+		for _, target := range []string{def, variant} {
+			r := h.get(target)
+			if cs := r.header["Cache-Status"]; r.status != 200 || !strings.HasPrefix(cs, "explorer-edge; hit") {
+				t.Fatalf("block %d: %s on the head event: %d %q, want a hit", block, target, r.status, cs)
+			}
+			if got := newestHeight(t, r.body); got != head.Height {
+				t.Fatalf("block %d: %s holds %d, the event said %d", block, target, got, head.Height)
+			}
+		}
+		if want := h.sim.Head("CHAINX"); head.Height != want {
+			t.Fatalf("block %d: announced %d, the upstream's head is %d", block, head.Height, want)
+		}
+		for i, s := range streams[1:] {
+			if got, _ := s.nextHead(t, last); got != head {
+				t.Fatalf("stream %d: %+v, stream 0 got %+v", i+1, got, head)
+			}
+		}
+		last = head.Height
+	}
+	// One upstream call per poll of the default page; the variant once per
+	// new head at most. Fifty subscribers ask nothing of the upstream.
+	h.node.Close(context.Background()) // no poll in flight while counting
+	n := polls(t, h, "CHAINX")
+	def0, variants := headCalls(h)
+	if float64(def0) != n {
+		t.Errorf("%d upstream calls of the default page for %v polls", def0, n)
+	}
+	if news := polls(t, h, "CHAINX", "new"); news != 6 || variants > 1+6 {
+		t.Errorf("%v new heads announced (want 6), %d calls of the variant (want at most 7)", news, variants)
+	}
+}
