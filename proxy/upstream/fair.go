@@ -10,15 +10,15 @@ import (
 
 // fairQueue admits misses that wait for the upstream budget in weighted
 // fair order among the clients waiting (start-time fair queueing): each
-// waiter gets a start tag, max(the gate's virtual time, the finish tag of
+// waiter gets a start tag, max(the queue's virtual time, the finish tag of
 // its client's previous waiter), and its client's finish tag moves on by
 // 1/share. Tokens go to the waiter with the smallest start tag, so a
 // client with many misses queued waits behind its own queue while a quiet
 // client's next miss goes near the front. A client alone takes every token
-// (the gate is work-conserving), and a miss that finds no one waiting and
+// (the queue is work-conserving), and a miss that finds no one waiting and
 // a token due now goes straight through.
 //
-// The gate knows the budget only through try, a non-blocking take from
+// The queue knows the budget only through try, a non-blocking take from
 // the best account with a token (pool.go), which says when a token is due
 // if none is. One goroutine, running only while
 // someone waits, takes tokens for the head of the queue.
