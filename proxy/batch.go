@@ -159,6 +159,9 @@ func (p *Proxy) lookupParts(s *settings, q *query, now time.Time) *batchParts {
 // judged and held to this node's configuration as a whole answer read
 // from there is (fromDisk), and kept in memory; nil if none.
 func (p *Proxy) itemFromDisk(s *settings, key string, now time.Time) *cache.Entry {
+	if !p.purges.Known() {
+		return nil
+	}
 	e := p.disk.Get(key, now)
 	if e == nil {
 		return nil

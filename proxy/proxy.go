@@ -564,7 +564,9 @@ func (p *Proxy) load(s *settings, f *upstream.Request) (a *loaded, leader bool, 
 func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	// Check again inside the flight: a flight that ended just before this
 	// one began has already stored the answer (groupcache's load does the same).
-	if e := p.cache.GetString(f.Key); e.StateAt(p.clock().UnixNano()) == cache.Fresh {
+	// A poll (Request.Poll, events.go) asks the upstream: it is asked to
+	// find what is newer than the copies held.
+	if e := p.cache.GetString(f.Key); !f.Poll && e.StateAt(p.clock().UnixNano()) == cache.Fresh {
 		return &loaded{entry: e, stored: true, cached: true}, nil
 	}
 	// A copy a lower tier holds answers (lower), or stands in if the
@@ -577,7 +579,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 		}
 		f, stale = standIn(f, c, stale)
 	}
-	if p.tier != nil {
+	if p.tier != nil && !f.Poll {
 		a, c, unlock := p.fromShared(s, f)
 		defer unlock()
 		if a != nil {
@@ -667,8 +669,13 @@ func standIn(f *upstream.Request, c, stale lowerCopy) (*upstream.Request, lowerC
 // kept, before a restart too. Chain truth sees its block first (a
 // reorganization it shows is purged at once); then it is judged, as the
 // shared tier's copies are, by the purges this node knows, and its times
-// are held to this node's configuration.
+// are held to this node's configuration. In fleet mode the disk is not
+// read until the fleet's purge log has been (another node may have purged
+// an entry while this one was down).
 func (p *Proxy) fromDisk(s *settings, f *upstream.Request) *cache.Entry {
+	if !p.purges.Known() {
+		return nil // a fleet's purges not read yet (purge.Purger.Known)
+	}
 	_, ds := p.ops.tr.Span(f.Trace, "disk.get")
 	e := p.disk.Get(f.Key, p.clock())
 	tracing.End(ds, nil)

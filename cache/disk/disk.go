@@ -110,9 +110,12 @@ type Options struct {
 	// Logger receives the one error a failure of writes logs; nil: none.
 	Logger  *slog.Logger
 	Metrics Metrics
+	// Now is the writer's clock: whether an entry is past its lifetime
+	// (not written, swept), and when writes stopped by a failure are tried
+	// again. The cache's clock (the request core's); nil: time.Now.
+	Now func() time.Time
 
-	now  func() time.Time // the writer's clock; nil: time.Now (tests set it)
-	fail func() error     // tests: fails a write transaction when it returns an error
+	fail func() error // tests: fails a write transaction when it returns an error
 }
 
 // Metrics are hooks the store calls as things happen; Stats is read at
@@ -218,7 +221,7 @@ func Open(o Options) (*Store, error) {
 		retryAfter: cmp(o.RetryAfter, time.Minute),
 		log:        o.Logger,
 		metrics:    o.Metrics,
-		now:        o.now,
+		now:        o.Now,
 		fail:       o.fail,
 		tagSpace:   o.TagSpace,
 		queue:      make(chan *cache.Entry, cmp(o.QueueLen, 1024)),

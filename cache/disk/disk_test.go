@@ -97,7 +97,7 @@ func same(t *testing.T, got, want *cache.Entry) {
 
 func TestRoundTrip(t *testing.T) {
 	c := newClock(t0)
-	s := open(t, Options{now: c.now})
+	s := open(t, Options{Now: c.now})
 	r := rand.New(rand.NewPCG(1, 1))
 	zipped := final("/api/v2/block/transactions?chain=ETH&height=12", body(r, 8000, true), t0, 1, 12)
 	plain := final("/api/v2/cross/record?hash=0x1", body(r, 3000, false), t0, 0, 0)
@@ -158,7 +158,7 @@ func assertTotals(t *testing.T, s *Store) {
 
 func TestLifetime(t *testing.T) {
 	c := newClock(t0)
-	s := open(t, Options{now: c.now})
+	s := open(t, Options{Now: c.now})
 	e := final("/k", []byte(`{"code":"0"}`), t0, 1, 1)
 	s.Put(e)
 	// Past its lifetime when it reaches the writer: never written.
@@ -198,7 +198,7 @@ func TestLifetime(t *testing.T) {
 
 func TestSweep(t *testing.T) {
 	c := newClock(t0)
-	s := open(t, Options{now: c.now})
+	s := open(t, Options{Now: c.now})
 	for i := range 10 {
 		s.Put(final(fmt.Sprint("/old", i), []byte(`{}`), t0, 1, 1))
 	}
@@ -416,7 +416,7 @@ func TestEviction(t *testing.T) {
 	const maxBytes = 1 << 20
 	dir := t.TempDir()
 	c := newClock(t0)
-	s := open(t, Options{Dir: dir, MaxBytes: maxBytes, BatchLen: 16, now: c.now})
+	s := open(t, Options{Dir: dir, MaxBytes: maxBytes, BatchLen: 16, Now: c.now})
 	r := rand.New(rand.NewPCG(4, 4))
 	var keys []string
 	written := 0
@@ -655,7 +655,7 @@ func TestDiskFull(t *testing.T) {
 	dir := mountTmpfs(t, "size=1m")
 	var logs syncBuffer
 	c := newClock(t0)
-	s := open(t, Options{Dir: dir, MaxBytes: 64 << 20, BatchLen: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil)), now: c.now})
+	s := open(t, Options{Dir: dir, MaxBytes: 64 << 20, BatchLen: 8, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: c.now})
 	r := rand.New(rand.NewPCG(7, 7))
 	var first []*cache.Entry
 	for i := 0; s.Stats().WriteErrors == 0; i++ {
@@ -720,7 +720,7 @@ func TestWriteError(t *testing.T) {
 	var logs syncBuffer
 	var failing atomic.Bool
 	c := newClock(t0)
-	s := open(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), now: c.now,
+	s := open(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Now: c.now,
 		fail: func() error {
 			if failing.Load() {
 				return syscall.EROFS
@@ -779,7 +779,7 @@ func TestUnpurgedStartsEmpty(t *testing.T) {
 			dir := t.TempDir()
 			var failing atomic.Bool
 			c := newClock(t0)
-			s := open(t, Options{Dir: dir, now: c.now, fail: func() error {
+			s := open(t, Options{Dir: dir, Now: c.now, fail: func() error {
 				if failing.Load() {
 					return syscall.ENOSPC
 				}

@@ -183,7 +183,7 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 		o.Register(n.metrics)
 	}
 	if cfg.Cache.DiskPath != "" {
-		if n.disk, err = n.openDisk(cfg); err != nil {
+		if n.disk, err = n.openDisk(cfg, o.Now); err != nil {
 			return Parts{}, err
 		}
 	}
@@ -212,11 +212,12 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 	return parts, nil
 }
 
-// openDisk opens the disk tier in cache.disk_path (docs/disk.md) and
-// registers its metrics. Its entries are tagged by route and chain
+// openDisk opens the disk tier in cache.disk_path (docs/disk.md), on the
+// clock of cache decisions (now; nil: time.Now), and registers its
+// metrics. Its entries are tagged by route and chain
 // numbers: a file written under another route table or chain list starts
 // empty (disk.Options.TagSpace).
-func (n *Node) openDisk(cfg config.Config) (*disk.Store, error) {
+func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, error) {
 	chains := make([]string, len(cfg.Chains))
 	for i, c := range cfg.Chains {
 		chains[i] = strings.ToUpper(strings.TrimSpace(c))
@@ -229,8 +230,8 @@ func (n *Node) openDisk(cfg config.Config) (*disk.Store, error) {
 			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries}
 	})
 	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, Logger: n.log,
-		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","),
-		Metrics:  disk.Metrics{ReadSeconds: observe}})
+		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","), Now: now,
+		Metrics: disk.Metrics{ReadSeconds: observe}})
 	if err != nil {
 		return nil, err
 	}

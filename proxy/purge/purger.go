@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"explorer-edge/cache"
@@ -59,6 +60,10 @@ type Purger struct {
 	// answer's verdict and its write cannot leave it in the file, where a
 	// restart would find it with no log to judge it.
 	written sync.RWMutex
+	// floors counts the fleet's purge log reads (each hands over the
+	// floor first); known: the log has been read to its end once (Known).
+	floors atomic.Int64
+	known  atomic.Bool
 }
 
 // Options are a Purger's collaborators.
@@ -84,8 +89,17 @@ type Options struct {
 
 // New makes a purger of c's entries.
 func New(c *cache.Cache, o Options) *Purger {
-	return &Purger{cache: c, disk: o.Disk, m: o.Metrics, logger: o.Logger, o: o}
+	p := &Purger{cache: c, disk: o.Disk, m: o.Metrics, logger: o.Logger, o: o}
+	p.known.Store(true) // a single node: every purge is its own
+	return p
 }
+
+// Known reports whether this node knows every purge that may select an
+// entry of its disk tier: on a single node always; in fleet mode once it
+// has read the fleet's purge log to its end. Until then an entry written
+// before a restart may have been purged by another node while this one
+// was down, and the disk tier is not read.
+func (p *Purger) Known() bool { return p.known.Load() }
 
 // Memory applies sel to this node's cache and returns the entries
 // affected.
@@ -194,12 +208,19 @@ func (p *Purger) Purged(e *cache.Entry) bool {
 // f.
 func (p *Purger) Join(f Fleet) {
 	p.fleet = f
+	p.known.Store(false)
 	f.WatchPurges(p.fleetPurge, p.purgesLost, p.fleetFloor, p.refused)
+	if p.floors.Load() > 0 {
+		p.known.Store(true) // WatchPurges read the log, to its end, before it returned
+	}
 }
 
 // fleetFloor takes the fleet's floor (0: none), unless it is from the
 // future: then the one taken before stays.
 func (p *Purger) fleetFloor(at int64) {
+	if p.floors.Add(1) > 1 {
+		p.known.Store(true) // the floor comes first in a read: the read before this one is over
+	}
 	now := p.o.Clock()
 	if at > now.Add(Skew).UnixNano() {
 		if p.log.refuseFloor(at) {
