@@ -16,6 +16,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/stream"
+	"explorer-edge/proxy/truth"
 	"explorer-edge/proxy/upstream"
 )
 
@@ -223,6 +224,11 @@ func (e *events) poll(cp *chainPoll, st config.Stream) {
 		e.m.Poll(cp.chain, pollError)
 		return
 	case !ahead(head, cp.last):
+		e.m.Poll(cp.chain, pollSame)
+		return
+	case !e.holds(def, head.Height):
+		// Stored, but no longer fresh (an answer slower than its TTL):
+		// a client would miss it. Announced from the next poll.
 		e.m.Poll(cp.chain, pollSame)
 		return
 	}
@@ -474,6 +480,16 @@ func (e *events) warm(s *settings, chain, key string) {
 		return
 	}
 	e.p.keep(s, ent, e.p.clock())
+}
+
+// reorg announces a reorganization this node's chain truth found (each
+// node announces its own: followers' truth is fed by the pages they take
+// from the shared tier).
+func (e *events) reorg(r *truth.Reorg) {
+	if e == nil {
+		return
+	}
+	e.hub.Publish(stream.Event{Kind: stream.Reorg, Chain: r.Chain, Fork: r.Fork, Depth: r.Depth, Hash: r.NewHash})
 }
 
 // serveEvents answers the stream's path: CORS (a preflight too), the

@@ -245,3 +245,100 @@ func TestEventsCachedBeforeAnnounced(t *testing.T) {
 		t.Errorf("%v new heads announced (want 6), %d calls of the variant (want at most 7)", news, variants)
 	}
 }
+
+// TestEventsReorgAnnounced: a reorganization the poll finds is announced
+// (fork, depth, the new hash at the fork) after it was purged, and the
+// next head is the new branch's.
+func TestEventsReorgAnnounced(t *testing.T) {
+	h := newHarness(t, withStream)
+	s := openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")
+	head, _ := s.nextHead(t, 0)
+	h.sim.Reorg(3)
+	h.clock.Advance(time.Second) // answers asked after the ones that showed the old branch
+	for {
+		ev := s.next(t)
+		if ev.typ != "reorg" {
+			continue
+		}
+		var r struct {
+			Chain string `json:"chain"`
+			Fork  int64  `json:"fork"`
+			Depth int64  `json:"depth"`
+			Hash  string `json:"hash"`
+		}
+		if err := json.Unmarshal([]byte(ev.data), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Chain != "CHAINX" || r.Fork != head.Height-2 || r.Depth != 3 || r.Hash == "" {
+			t.Fatalf("reorg event %+v after head %d and a reorganization of 3", r, head.Height)
+		}
+		break
+	}
+	after, _ := s.nextHead(t, head.Height-1)
+	if after.Hash == head.Hash {
+		t.Fatalf("the head after the reorganization is the old branch's: %+v", after)
+	}
+}
+
+// TestEventsAdmission: the stream's path answers 404 when stream.enabled is
+// off; on, it carries CORS headers for an allowed origin and answers its
+// preflight; in auth.mode signed it is served without a signature (an
+// EventSource cannot sign) while the routes still refuse one.
+func TestEventsAdmission(t *testing.T) {
+	off := newHarness(t)
+	if r := off.get("/edge/v1/events?chains=CHAINX"); r.status != 404 {
+		t.Fatalf("stream off: %d %s", r.status, r.body)
+	}
+	const app = "https://app.example.com"
+	h := newHarness(t, withStream, withCORS(app), func(c *config.Config, _ *sim.Config) {
+		c.Auth.Mode = "signed"
+		c.Auth.Clients = []config.Client{{Name: "web", APIKey: accessKey, SecretKey: accessSecret, Passphrase: accessPass}}
+	})
+	if r := h.get("/api/v5/chainx/block/block-list?chainShortName=chainx"); r.status != 401 {
+		t.Fatalf("an unsigned block list in signed mode: %d", r.status)
+	}
+	s := openStream(t, h.addr, "/edge/v1/events?chains=chainx,trade_zone", "Origin", app)
+	if s.status != 200 || !strings.Contains(s.header, "Access-Control-Allow-Origin: "+app) || !strings.Contains(s.header, "X-Accel-Buffering: no") {
+		t.Fatalf("stream: %d %q", s.status, s.header)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		var e headEvent
+		json.Unmarshal([]byte(s.next(t).data), &e)
+		seen[e.Chain] = true
+	}
+	r := h.do("OPTIONS", "/edge/v1/events?chains=chainx", "Origin", app, "Access-Control-Request-Method", "GET")
+	if r.status != 204 || r.header["Access-Control-Allow-Origin"] != app {
+		t.Fatalf("preflight: %d %v", r.status, r.header)
+	}
+	if r := h.get("/edge/v1/events?chains=nochain"); r.status != 400 {
+		t.Fatalf("an unknown chain: %d %s", r.status, r.body)
+	}
+}
+
+// TestEventsDrain: a drain ends every stream with a retry: hint at once,
+// refuses new ones, and is not held by them (the server's shutdown does
+// not wait for hijacked connections).
+func TestEventsDrain(t *testing.T) {
+	h := newHarness(t, withStream)
+	streams := []*sseStream{openStream(t, h.addr, "/edge/v1/events?chains=CHAINX"), openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")}
+	streams[0].nextHead(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := h.node.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("drain took %v with two streams open", took)
+	}
+	for i, s := range streams {
+		retry := false
+		for ev := range s.events {
+			retry = retry || ev.retry
+		}
+		if !retry {
+			t.Errorf("stream %d ended without a retry: hint", i)
+		}
+	}
+}

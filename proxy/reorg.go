@@ -138,6 +138,7 @@ func (p *Proxy) giveUp(chain string) {
 func (p *Proxy) reorganized(r *truth.Reorg) {
 	p.metrics.Reorgs.WithLabelValues(r.Chain).Inc()
 	n := p.purgeReplaced(r)
+	p.events.reorg(r) // announced once purged: a page asked on the event holds the new branch
 	attrs := []any{"chain", r.Chain, "from", r.Fork, "depth", r.Depth, "new_hash", r.NewHash,
 		"final_height", p.truth.Final(r.Chain), "entries", n}
 	if !r.Deep {

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heads reads s's head events of chain until one at height until, and
+// fails on a head that does not go up (a repeat, or one out of order).
+func (s *sseStream) heads(t testing.TB, after, until int64) (last sseEvent) {
+	t.Helper()
+	for after < until {
+		ev := s.next(t)
+		if ev.typ != "head" {
+			continue
+		}
+		h, _ := decodeHead(t, ev)
+		if h.Height <= after {
+			t.Fatalf("head %d after %d: repeated or out of order", h.Height, after)
+		}
+		after, last = h.Height, ev
+	}
+	return last
+}
+
+func decodeHead(t testing.TB, ev sseEvent) (headEvent, sseEvent) {
+	t.Helper()
+	var h headEvent
+	if err := json.Unmarshal([]byte(ev.data), &h); err != nil {
+		t.Fatalf("head %q: %v", ev.data, err)
+	}
+	return h, ev
+}
+
+// TestFleetEventsOnePoller: three nodes share Redis, each with streams
+// open; one node polls (it holds the lease), the others announce what it
+// stored, as hits in their own caches; the upstream is asked once per
+// poll for the whole fleet. Closed, the polling node hands over: another
+// polls within a few seconds, and the streams on the others go on without
+// a head repeated or out of order; a stream of the closed node resumes on
+// another with a reset (its ids were that node's).
+func TestFleetEventsOnePoller(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 3, withStream)
+	streams := make([][]*sseStream, len(edges))
+	for i, e := range edges {
+		for range 2 {
+			streams[i] = append(streams[i], openStream(t, e.addr, "/edge/v1/events?chains=CHAINX"))
+		}
+	}
+	def := "/api/v5/chainx/block/block-list?chainShortName=chainx"
+	seen := make([][]int64, len(edges)) // the newest head each stream saw
+	for i := range seen {
+		seen[i] = make([]int64, 2)
+	}
+	lastID := make([][]string, len(edges))
+	for i := range lastID {
+		lastID[i] = make([]string, 2)
+	}
+	advance := func(alive []int) {
+		t.Helper()
+		h.clock.Advance(time.Second)
+		want := h.sim.Head("CHAINX")
+		for _, i := range alive {
+			for j, s := range streams[i] {
+				ev := s.heads(t, seen[i][j], want)
+				seen[i][j], lastID[i][j] = want, ev.id
+			}
+			if r := edges[i].get(def); !strings.HasPrefix(r.header["Cache-Status"], "explorer-edge; hit") || newestHeight(t, r.body) != want {
+				t.Fatalf("node %d on head %d: %q holding %d", i, want, r.header["Cache-Status"], newestHeight(t, r.body))
+			}
+		}
+	}
+	all := []int{0, 1, 2}
+	// The heads announced before: each stream reads up to the current one.
+	h.clock.Advance(time.Second)
+	for i := range edges {
+		for j, s := range streams[i] {
+			_, ev := s.nextHead(t, h.sim.Head("CHAINX")-1)
+			seen[i][j], lastID[i][j] = h.sim.Head("CHAINX"), ev.id
+		}
+	}
+	for range 3 {
+		advance(all)
+	}
+	leader := -1
+	for i, e := range edges {
+		if polls(t, e.harness, "CHAINX") > 0 {
+			if leader >= 0 {
+				t.Fatalf("nodes %d and %d both polled", leader, i)
+			}
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no node polled")
+	}
+	total := func() (n float64) {
+		for _, e := range edges {
+			n += polls(t, e.harness, "CHAINX")
+		}
+		return n
+	}
+	if def, _ := headCalls(h); float64(def) > total() || float64(def) < total()-1 { // a poll may be counted before its call ends
+		t.Fatalf("%d upstream calls of the newest page for %v polls in the fleet", def, total())
+	}
+
+	// The polling node closes: another takes over.
+	closed := time.Now()
+	edges[leader].node.Close(context.Background())
+	var alive []int
+	for i := range edges {
+		if i != leader {
+			alive = append(alive, i)
+		}
+	}
+	advance(alive)
+	took := time.Since(closed)
+	next := -1
+	for _, i := range alive {
+		if polls(t, edges[i].harness, "CHAINX") > 0 {
+			next = i
+		}
+	}
+	if next < 0 || took > 5*time.Second {
+		t.Fatalf("after node %d closed: the next poller %d, heads again after %v", leader, next, took)
+	}
+	advance(alive)
+	// A stream of the closed node, back on another with its last id: the
+	// id is not that node's, so a reset and the newest head.
+	s := openStream(t, edges[alive[0]].addr, "/edge/v1/events?chains=CHAINX", "Last-Event-ID", lastID[leader][0])
+	if ev := s.next(t); ev.typ != "reset" {
+		t.Fatalf("resume on another node: %+v, want a reset", ev)
+	}
+	if got, _ := s.nextHead(t, 0); got.Height != h.sim.Head("CHAINX") {
+		t.Fatalf("after the reset: head %d, want %d", got.Height, h.sim.Head("CHAINX"))
+	}
+	t.Logf("node %d polled, closed; node %d took over; heads again %v after", leader, next, took)
+}
