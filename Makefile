@@ -68,8 +68,11 @@ bench-replay:
 
 # A key space larger than the cache: Zipf over 100,000 settled pages, a
 # 4 MiB cache; upstream calls per 1000 requests and hit ratio, 3 runs (~1 min).
+# DISK_MIB=256 puts a disk tier of 256 MiB (in a temporary directory)
+# under the 4 MiB cache (docs/disk.md).
+DISK_MIB ?= 0
 bench-replay-zipf:
-	$(GO) run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3 -max-time 30s
+	$(GO) run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3 -max-time 30s -disk-mib $(DISK_MIB)
 
 # The memory bound with the largest answers: an upstream answering 8 MB
 # per question at the full budget, the edge's RSS peak against

@@ -8,10 +8,12 @@
 //
 // With -zipf it measures instead a key space larger than the cache: Zipf
 // over -keys settled transaction-list pages against a cache of -cache-mib,
-// upstream calls per 1000 requests and the hit ratio, -runs times, as a
-// Markdown table (make bench-replay-zipf).
+// upstream calls per 1000 requests against the ideal (each distinct key
+// fetched once) and the hit ratio, -runs times, as a Markdown table (make
+// bench-replay-zipf); -disk-mib puts a disk tier under the cache (make
+// bench-replay-zipf DISK_MIB=256).
 //
-//	go run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3
+//	go run ./bench/replay -zipf -n 200000 -keys 100000 -cache-mib 4 -runs 3 [-disk-mib 256]
 package main
 
 import (
@@ -44,10 +46,13 @@ func main() {
 	gzipShare := flag.Float64("gzip", 1, "-zipf: share of requests with Accept-Encoding: gzip (0..1)")
 	runs := flag.Int("runs", 3, "-zipf: runs (seeds seed, seed+1, ...); the table ends with the medians")
 	maxTime := flag.Duration("max-time", 20*time.Second, "-zipf: bound on each run's time (fewer requests if reached)")
+	diskMiB := flag.Float64("disk-mib", 0, "-zipf: the disk tier's cache.disk_max_bytes in MiB, in a temporary directory; 0: no disk tier")
 	flag.Parse()
 
 	if *zipf {
-		if err := printZipf(*n, *keys, int64(*cacheMiB*(1<<20)), *gzipShare, *seed, *runs, *maxTime); err != nil {
+		zc := zipfConfig{n: *n, keys: *keys, maxBytes: int64(*cacheMiB * (1 << 20)), diskBytes: int64(*diskMiB * (1 << 20)),
+			gzipShare: *gzipShare, seed: *seed, runs: *runs, deadline: *maxTime}
+		if err := printZipf(zc); err != nil {
 			log.Fatal(err)
 		}
 		return
