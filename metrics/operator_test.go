@@ -143,3 +143,38 @@ func TestFinalHeightAbsentUntilKnown(t *testing.T) {
 		t.Fatalf("after CHAINX's first height: %v, want only CHAINX=1234", got)
 	}
 }
+
+// TestDashboardShowsTheDiskTier: the disk tier's row shows its lookups
+// and hit ratio, what was written and not, its size against its bound and
+// its read latency.
+func TestDashboardShowsTheDiskTier(t *testing.T) {
+	const a = `job="explorer-edge",instance="a:8081"`
+	series := map[string]string{
+		`explorer_edge_disk_hits_total{` + a + `}`:         "0+45x40",
+		`explorer_edge_disk_misses_total{` + a + `}`:       "0+15x40",
+		`explorer_edge_disk_writes_total{` + a + `}`:       "0+15x40",
+		`explorer_edge_disk_drops_total{` + a + `}`:        "0x40",
+		`explorer_edge_disk_write_errors_total{` + a + `}`: "0x40",
+		`explorer_edge_disk_evictions_total{` + a + `}`:    "0+30x40",
+		`explorer_edge_disk_deleted_total{` + a + `}`:      "0x40",
+		`explorer_edge_disk_corrupt_total{` + a + `}`:      "0x40",
+		`explorer_edge_disk_bytes{` + a + `}`:              "268000000x40",
+		`explorer_edge_disk_max_bytes{` + a + `}`:          "268435456x40",
+		`explorer_edge_disk_entries{` + a + `}`:            "40000x40",
+		// Every read between two bounds (powers of two, so that the
+		// interpolation is exact).
+		`explorer_edge_disk_read_seconds_bucket{` + a + `,le="0.25"}`: "0x40",
+		`explorer_edge_disk_read_seconds_bucket{` + a + `,le="0.5"}`:  "0+60x40",
+		`explorer_edge_disk_read_seconds_bucket{` + a + `,le="+Inf"}`: "0+60x40",
+	}
+	evalPanels(t, series, []panelSamples{
+		{"Disk tier lookups", "hits/s {{instance}}", map[string]float64{`{instance="a:8081"}`: 3}},
+		{"Disk tier lookups", "hit ratio", map[string]float64{`{}`: 0.75}},
+		{"Disk tier writes", "writes/s {{instance}}", map[string]float64{`{instance="a:8081"}`: 1}},
+		{"Disk tier writes", "evictions/s {{instance}}", map[string]float64{`{instance="a:8081"}`: 2}},
+		{"Disk tier size", "bytes {{instance}}", map[string]float64{`{instance="a:8081"}`: 268000000}},
+		{"Disk tier size", "max {{instance}}", map[string]float64{`{instance="a:8081"}`: 268435456}},
+		{"Disk tier size", "entries {{instance}}", map[string]float64{`{instance="a:8081"}`: 40000}},
+		{"Disk tier read latency", "p50", map[string]float64{`{}`: 0.375}},
+	})
+}
