@@ -8,6 +8,9 @@ type DiskStats struct {
 	Hits, Misses, Writes, Drops, WriteErrors int64
 	Evictions, Expired, Corrupt, Deleted     int64
 	Bytes, Entries                           int64
+	// Resident is the file's pages in the process's memory map (Linux),
+	// counted in process_resident_memory_bytes but page cache.
+	Resident int64
 }
 
 // diskFamily is one explorer_edge_disk_* family read from DiskStats.
@@ -36,6 +39,7 @@ func diskFamilies() []diskFamily {
 		counter("deleted_total", "Entries of the disk tier removed by purges and reorganizations.", func(s *DiskStats) int64 { return s.Deleted }),
 		gauge("bytes", "What the disk tier's entries take in its file (bounded by cache.disk_max_bytes; the file is up to 1.35x it).", func(s *DiskStats) int64 { return s.Bytes }),
 		gauge("entries", "Entries in the disk tier.", func(s *DiskStats) int64 { return s.Entries }),
+		gauge("resident_bytes", "Bytes of the disk tier's file in the process's memory map (bbolt reads through it): counted in process_resident_memory_bytes, but page cache the kernel takes back before an OOM kill; ExplorerEdgeMemoryNearBound leaves them out. Linux only (0 elsewhere).", func(s *DiskStats) int64 { return s.Resident }),
 	}
 }
 

@@ -127,7 +127,7 @@ func TestNoSeriesThatCannotMove(t *testing.T) {
 // scrape time, each under its name, and the histogram observes reads.
 func TestDiskFamilies(t *testing.T) {
 	m := metrics.New(route.Names(), nil, cacheStats{})
-	st := metrics.DiskStats{Hits: 1, Misses: 2, Writes: 3, Drops: 4, WriteErrors: 5, Evictions: 6, Expired: 7, Corrupt: 8, Deleted: 9, Bytes: 10, Entries: 11}
+	st := metrics.DiskStats{Hits: 1, Misses: 2, Writes: 3, Drops: 4, WriteErrors: 5, Evictions: 6, Expired: 7, Corrupt: 8, Deleted: 9, Bytes: 10, Entries: 11, Resident: 12}
 	observe := m.Disk(1<<20, func() metrics.DiskStats { return st })
 	observe(3e-6)
 	mfs, err := m.Registry.Gather()
@@ -149,7 +149,7 @@ func TestDiskFamilies(t *testing.T) {
 	for name, want := range map[string]float64{
 		"hits_total": 1, "misses_total": 2, "writes_total": 3, "drops_total": 4, "write_errors_total": 5,
 		"evictions_total": 6, "expired_total": 7, "corrupt_total": 8, "deleted_total": 9,
-		"bytes": 10, "entries": 11, "max_bytes": 1 << 20, "read_seconds": 1,
+		"bytes": 10, "entries": 11, "resident_bytes": 12, "max_bytes": 1 << 20, "read_seconds": 1,
 	} {
 		if v, ok := got["explorer_edge_disk_"+name]; !ok || v != want {
 			t.Errorf("explorer_edge_disk_%s = %v (exported: %v), want %v", name, v, ok, want)

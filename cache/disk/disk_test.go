@@ -962,3 +962,29 @@ func BenchmarkDelete(b *testing.B) {
 		s.Delete(func(e *cache.Entry) bool { return e.Tags.Chain == 9 })
 	}
 }
+
+// TestResident: the pages of the file a Get read are counted as resident
+// in the process's memory map (Linux: /proc/self/smaps).
+func TestResident(t *testing.T) {
+	if _, err := os.Stat("/proc/self/smaps"); err != nil {
+		t.Skip("no /proc/self/smaps")
+	}
+	s := open(t, Options{})
+	r := rand.New(rand.NewPCG(3, 3))
+	now := time.Now()
+	for i := range 500 {
+		s.Put(final(fmt.Sprint("/res/", i), body(r, 8000, false), now, 1, int64(i)))
+	}
+	s.Flush()
+	before := s.Resident()
+	for i := range 500 {
+		if s.Get(fmt.Sprint("/res/", i), now) == nil {
+			t.Fatalf("entry %d missing", i)
+		}
+	}
+	after := s.Resident()
+	if after <= before || after < 500*8000 {
+		t.Fatalf("resident %d bytes before reading 4 MB of entries, %d after", before, after)
+	}
+	t.Logf("resident: %d before the reads, %d after", before, after)
+}

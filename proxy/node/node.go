@@ -227,7 +227,8 @@ func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, e
 	observe := n.metrics.Disk(cfg.Cache.DiskMaxBytes, func() metrics.DiskStats {
 		s := d.Stats()
 		return metrics.DiskStats{Hits: s.Hits, Misses: s.Misses, Writes: s.Writes, Drops: s.Drops, WriteErrors: s.WriteErrors,
-			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries}
+			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries,
+			Resident: d.Resident()}
 	})
 	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, Logger: n.log,
 		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","), Now: now,
