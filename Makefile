@@ -16,7 +16,7 @@ IMAGE ?= $(IMAGE_NAME):$(VERSION)
 # SOURCE=https://... when origin is ssh or absent.
 SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep '^https://' | sed 's/\.git$$//')
 
-.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory fuzz fuzz-ci soak clean
+.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -79,6 +79,12 @@ bench-replay-zipf:
 # 1.5 x max_bytes + 64 MiB; fails above it (~1 min).
 bench-memory: build
 	$(GO) run ./bench/membound
+
+# The event stream against polling (docs/stream.md): explorer-sim making a
+# block a second, 1,000 and 10,000 EventSource subscribers on one edge,
+# then as many clients polling every second (~2 minutes). Not in make test.
+bench-stream: build
+	$(GO) run ./bench/stream -n 1000,10000 -duration 20s
 
 # The browser workload of bench/compare (Accept-Encoding: gzip, deflate,
 # br, zstd) beside the identity single key, edge-p1 against nginx with gzip

@@ -16,6 +16,7 @@ import (
 
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/stream"
 )
 
 // The Grafana dashboard and the alert rules in deploy/ are written by hand
@@ -52,6 +53,8 @@ func exportedFamilies(t *testing.T) exported {
 	m.MemoryBound(448 << 20)                                                                          // by main, from the memory limit
 	m.FinalHeight("CHAINX", 100)                                                                      // once a block list says it
 	m.HeadAges([]string{"CHAINX", "TRADE_ZONE"}, func(string) (float64, bool) { return 1, true })     // by the proxy, once a head is seen
+	stream.NewMetrics(m.Registry, []string{"CHAINX", "TRADE_ZONE"})                                   // by the proxy, with stream.enabled
+	m.StreamPolls([]string{"CHAINX", "TRADE_ZONE"})                                                   // the same
 	m.Disk(1<<30, func() metrics.DiskStats { return metrics.DiskStats{} })                            // by the composition root, with cache.disk_path
 	mfs, err := m.Registry.Gather()
 	if err != nil {

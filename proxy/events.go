@@ -85,6 +85,9 @@ type chainPoll struct {
 	wake  chan struct{}
 	held  bool         // this node holds the lease (fleet mode)
 	last  stream.Event // the newest head this node announced
+	// gap is the chain's block interval as its heads' times show it
+	// (milliseconds); 0 until two heads were seen.
+	gap int64
 }
 
 // newEvents builds the hub of cfg.Stream and starts the pollers; nil when
@@ -180,12 +183,13 @@ func (e *events) run(cp *chainPoll) {
 		case <-cp.wake:
 		}
 		st := e.p.settings.Load().cfg.Stream
+		next := st.PollInterval
 		if e.hub.Listening(cp.chain) {
-			e.poll(cp, st)
+			next = e.poll(cp, st)
 		} else {
 			e.release(cp)
 		}
-		t.Reset(st.PollInterval)
+		t.Reset(next)
 	}
 }
 
@@ -204,15 +208,42 @@ const (
 	pollError
 )
 
+// alignMargin is how long after a block's due time the poll that should
+// find it is made: the upstream's indexing and the clocks' skew.
+const alignMargin = 50 * time.Millisecond
+
 // poll asks the chain's newest page once, unless another node holds the
-// lease, and announces a new head when it shows one.
-func (e *events) poll(cp *chainPoll, st config.Stream) {
+// lease, and announces a new head when it shows one. It returns when to
+// poll next: stream.poll_interval, or sooner when a new head's time and
+// the chain's block interval say the next block is due sooner (the polls
+// fall into step with the chain: one poll per block finds each head a
+// margin after it was made, rather than up to an interval late); never
+// sooner than a quarter interval.
+func (e *events) poll(cp *chainPoll, st config.Stream) time.Duration {
+	next := st.PollInterval
+	prev := cp.last
+	head, ok := e.pollOnce(cp, st)
+	if !ok || head.Time <= 0 {
+		return next
+	}
+	if prev.Height > 0 && head.Height > prev.Height && head.Time > prev.Time {
+		cp.gap = (head.Time - prev.Time) / (head.Height - prev.Height)
+	}
+	if cp.gap > 0 {
+		due := time.UnixMilli(head.Time + cp.gap).Add(alignMargin)
+		next = min(max(time.Until(due), st.PollInterval/4), st.PollInterval)
+	}
+	return next
+}
+
+// pollOnce is one poll; it returns the head it announced.
+func (e *events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) {
 	if e.relay != nil {
 		held, ok := e.relay.Lease(cp.chain, e.token, st.Lease)
 		cp.held = held && ok
 		if ok && !held {
 			e.m.Leader(cp.chain, false)
-			return // another node polls: its heads come through relayed
+			return stream.Event{}, false // another node polls: its heads come through relayed
 		}
 	}
 	e.m.Leader(cp.chain, true)
@@ -222,15 +253,15 @@ func (e *events) poll(cp *chainPoll, st config.Stream) {
 	switch {
 	case !ok:
 		e.m.Poll(cp.chain, pollError)
-		return
+		return stream.Event{}, false
 	case !ahead(head, cp.last):
 		e.m.Poll(cp.chain, pollSame)
-		return
+		return stream.Event{}, false
 	case !e.holds(def, head.Height):
 		// Stored, but no longer fresh (an answer slower than its TTL):
 		// a client would miss it. Announced from the next poll.
 		e.m.Poll(cp.chain, pollSame)
-		return
+		return stream.Event{}, false
 	}
 	e.m.Poll(cp.chain, pollNew)
 	keys := []string{def}
@@ -247,6 +278,7 @@ func (e *events) poll(cp *chainPoll, st config.Stream) {
 		msg, _ := json.Marshal(relayMsg{From: e.token, Chain: cp.chain, Height: head.Height, Hash: head.Hash, Keys: keys})
 		e.relay.PublishEvent(msg)
 	}
+	return head, true
 }
 
 // ahead reports whether head is news after last: a higher block, or
