@@ -94,6 +94,11 @@ type Options struct {
 	// QueueLen is how many entries may wait for the writer; past it Put
 	// drops. 0: 1024.
 	QueueLen int
+	// QueueBytes bounds the answers' bytes (an entry's Gzip or Body)
+	// waiting for the writer, or being written; past it Put drops. What
+	// waits may have left the memory cache meanwhile: this is what the
+	// store can hold beyond it. 0: 16 MiB.
+	QueueBytes int64
 	// BatchLen is the most entries committed at once; 0: 128.
 	BatchLen int
 	// BatchDelay is the longest an entry waits for its batch to fill; 0: 5ms.
@@ -159,6 +164,10 @@ type Store struct {
 	started    bool // the writer runs: a corrupt file now stops the store
 
 	queue   chan *cache.Entry
+	// queued is the answers' bytes Put and not yet written or dropped,
+	// within queueBytes.
+	queued     atomic.Int64
+	queueBytes int64
 	bad     chan string // keys Get found corrupt or past their lifetime
 	flushes chan chan struct{}
 	quit    chan struct{}
@@ -225,6 +234,7 @@ func Open(o Options) (*Store, error) {
 		fail:       o.fail,
 		tagSpace:   o.TagSpace,
 		queue:      make(chan *cache.Entry, cmp(o.QueueLen, 1024)),
+		queueBytes: o.QueueBytes,
 		bad:        make(chan string, 64),
 		flushes:    make(chan chan struct{}),
 		quit:       make(chan struct{}),
@@ -232,6 +242,9 @@ func Open(o Options) (*Store, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.queueBytes <= 0 {
+		s.queueBytes = 16 << 20
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -478,19 +491,29 @@ func (s *Store) remove(key string) {
 }
 
 // Put queues e to be written if it is final; it never blocks: when the
-// queue is full, e is dropped (Stats.Drops). e must not change afterwards
-// (entries never do once stored), and its Tags must be set: Delete selects
-// by them.
+// queue is full (QueueLen entries or QueueBytes), e is dropped
+// (Stats.Drops). e must not change afterwards (entries never do once
+// stored), and its Tags must be set: Delete selects by them.
 func (s *Store) Put(e *cache.Entry) {
 	if e == nil || e.Class != cache.Final || s.closed.Load() {
+		return
+	}
+	n := payload(e)
+	if s.queued.Add(n) > s.queueBytes {
+		s.queued.Add(-n)
+		s.drops.Add(1)
 		return
 	}
 	select {
 	case s.queue <- e:
 	default:
+		s.queued.Add(-n)
 		s.drops.Add(1)
 	}
 }
+
+// payload is what the queue counts of e: its answer's bytes.
+func payload(e *cache.Entry) int64 { return int64(len(e.Gzip) + len(e.Body)) }
 
 // Flush returns once every entry Put before it was committed or dropped.
 func (s *Store) Flush() {

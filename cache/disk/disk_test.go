@@ -988,3 +988,28 @@ func TestResident(t *testing.T) {
 	}
 	t.Logf("resident: %d before the reads, %d after", before, after)
 }
+
+// TestQueueBytes: the answers waiting for the writer are bounded in bytes
+// too: past QueueBytes, Put drops; once written, they leave the count.
+func TestQueueBytes(t *testing.T) {
+	s := open(t, Options{QueueBytes: 10_000, BatchLen: 1})
+	r := rand.New(rand.NewPCG(9, 9))
+	now := time.Now()
+	s.wmu.Lock() // the writer waits at its first commit
+	for i := range 5 {
+		s.Put(final(fmt.Sprint("/qb/", i), body(r, 3000, false), now, 1, int64(i)))
+	}
+	if d := s.Stats().Drops; d != 2 {
+		t.Fatalf("%d dropped, want 2 (3 x 3000 bytes fit in 10000)", d)
+	}
+	s.wmu.Unlock()
+	s.Flush()
+	if q := s.queued.Load(); q != 0 {
+		t.Fatalf("%d bytes still counted as queued after the flush", q)
+	}
+	s.Put(final("/qb/after", body(r, 3000, false), now, 1, 9))
+	s.Flush()
+	if st := s.Stats(); st.Writes != 4 || st.Drops != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -85,6 +85,11 @@ func (s *Store) write(batch []*cache.Entry, bad []string) {
 	if len(batch) == 0 && len(bad) == 0 {
 		return
 	}
+	defer func(all []*cache.Entry) { // written or dropped: out of the queue's bytes
+		for _, e := range all {
+			s.queued.Add(-payload(e))
+		}
+	}(batch)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.broken.Load() || s.failing && s.now().Before(s.retryAt) {

@@ -232,7 +232,10 @@ func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, e
 	})
 	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, Logger: n.log,
 		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","), Now: now,
-		Metrics: disk.Metrics{ReadSeconds: observe}})
+		// What waits for the writer may have left memory: a sixteenth of
+		// it at most (docs/disk.md, Memory).
+		QueueBytes: cfg.Cache.MaxBytes / 16,
+		Metrics:    disk.Metrics{ReadSeconds: observe}})
 	if err != nil {
 		return nil, err
 	}
