@@ -161,6 +161,7 @@ func TestDashboardShowsTheDiskTier(t *testing.T) {
 		`explorer_edge_disk_bytes{` + a + `}`:              "268000000x40",
 		`explorer_edge_disk_max_bytes{` + a + `}`:          "268435456x40",
 		`explorer_edge_disk_entries{` + a + `}`:            "40000x40",
+		`explorer_edge_disk_resident_bytes{` + a + `}`:     "100000000x40",
 		// Every read between two bounds (powers of two, so that the
 		// interpolation is exact).
 		`explorer_edge_disk_read_seconds_bucket{` + a + `,le="0.25"}`: "0x40",
@@ -175,6 +176,7 @@ func TestDashboardShowsTheDiskTier(t *testing.T) {
 		{"Disk tier size", "bytes {{instance}}", map[string]float64{`{instance="a:8081"}`: 268000000}},
 		{"Disk tier size", "max {{instance}}", map[string]float64{`{instance="a:8081"}`: 268435456}},
 		{"Disk tier size", "entries {{instance}}", map[string]float64{`{instance="a:8081"}`: 40000}},
+		{"Memory", "disk file pages {{instance}}", map[string]float64{`{instance="a:8081"}`: 100000000}},
 		{"Disk tier read latency", "p50", map[string]float64{`{}`: 0.375}},
 	})
 }
