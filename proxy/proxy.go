@@ -572,7 +572,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	// A copy a lower tier holds answers (lower), or stands in if the
 	// fetch fails for a request that has no copy of its own (standIn).
 	var stale lowerCopy
-	if p.disk != nil {
+	if p.disk != nil && !f.Poll {
 		c := lowerCopy{e: p.fromDisk(s, f), disk: true}
 		if a := p.lower(s, f, c); a != nil {
 			return a, nil
