@@ -95,6 +95,7 @@ type Redis struct {
 	timedOut prometheus.Counter // lock waits that ran out of lock_wait
 
 	purges purgeState // this node's place in the fleet's purge log (purge.go)
+	events eventWatch // the event stream's subscription (stream.go)
 
 	closed chan struct{}
 	wg     sync.WaitGroup // the probe, the purge watch

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -24,15 +25,23 @@ if v == ARGV[1] then redis.call("PEXPIRE", KEYS[1], ARGV[2]) return 1 end
 if not v then redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2]) return 1 end
 return 0`)
 
+// eventWatch is the state of WatchEvents' subscription.
+type eventWatch struct {
+	watching   atomic.Bool // WatchEvents was called
+	subscribed atomic.Bool // Redis confirmed the subscription, and it holds
+}
+
 func (r *Redis) leaseKey(name string) string { return r.cfg.Prefix + "{stream}:lease:" + name }
 func (r *Redis) eventChannel() string        { return r.cfg.Prefix + "{stream}:events" }
 
 // Lease takes or renews the lease name for token, for ttl. held says this
-// token holds it now; ok is false when Redis did not answer (the node is
-// on its own: it polls alone). Counted as lock operations.
+// token holds it now; ok is false when Redis did not answer, or when this
+// node watches the events and is not subscribed (yet, or again after an
+// outage): it would not hear the holder's, so it polls alone. Counted as
+// lock operations.
 func (r *Redis) Lease(name, token string, ttl time.Duration) (held, ok bool) {
 	c := r.live()
-	if c == nil {
+	if c == nil || (r.events.watching.Load() && !r.events.subscribed.Load()) {
 		return false, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
@@ -71,6 +80,10 @@ func (r *Redis) PublishEvent(msg []byte) bool {
 // published meanwhile is not seen (the node polls alone then).
 func (r *Redis) WatchEvents(fn func(msg []byte)) {
 	ctx, cancel := context.WithCancel(context.Background())
+	r.events.watching.Store(true)
+	hooked := rueidis.WithOnSubscriptionHook(ctx, func(s rueidis.PubSubSubscription) {
+		r.events.subscribed.Store(s.Kind == "subscribe")
+	})
 	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
@@ -81,9 +94,10 @@ func (r *Redis) WatchEvents(fn func(msg []byte)) {
 		defer r.wg.Done()
 		for ctx.Err() == nil {
 			if c := r.live(); c != nil {
-				c.Receive(ctx, c.B().Subscribe().Channel(r.eventChannel()).Build(), func(m rueidis.PubSubMessage) {
+				c.Receive(hooked, c.B().Subscribe().Channel(r.eventChannel()).Build(), func(m rueidis.PubSubMessage) {
 					fn([]byte(m.Message))
 				})
+				r.events.subscribed.Store(false)
 			}
 			select {
 			case <-ctx.Done():
@@ -92,7 +106,3 @@ func (r *Redis) WatchEvents(fn func(msg []byte)) {
 		}
 	}()
 }
-
-// Subscribed reports whether Redis is in use: while it is not, a node
-// neither holds leases nor hears the others' events.
-func (r *Redis) Subscribed() bool { return r.live() != nil }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"explorer-edge/internal/testkit"
 )
 
 // heads reads s's head events of chain until one at height until, and
@@ -83,12 +85,18 @@ func TestFleetEventsOnePoller(t *testing.T) {
 			seen[i][j], lastID[i][j] = h.sim.Head("CHAINX"), ev.id
 		}
 	}
+	// Until its subscription is confirmed a node polls alone: counted
+	// from here.
+	before := make([]float64, len(edges))
+	for i, e := range edges {
+		before[i] = polls(t, e.harness, "CHAINX")
+	}
 	for range 3 {
 		advance(all)
 	}
 	leader := -1
 	for i, e := range edges {
-		if polls(t, e.harness, "CHAINX") > 0 {
+		if polls(t, e.harness, "CHAINX") > before[i] {
 			if leader >= 0 {
 				t.Fatalf("nodes %d and %d both polled", leader, i)
 			}
@@ -121,7 +129,7 @@ func TestFleetEventsOnePoller(t *testing.T) {
 	took := time.Since(closed)
 	next := -1
 	for _, i := range alive {
-		if polls(t, edges[i].harness, "CHAINX") > 0 {
+		if polls(t, edges[i].harness, "CHAINX") > before[i] {
 			next = i
 		}
 	}
@@ -139,4 +147,39 @@ func TestFleetEventsOnePoller(t *testing.T) {
 		t.Fatalf("after the reset: head %d, want %d", got.Height, h.sim.Head("CHAINX"))
 	}
 	t.Logf("node %d polled, closed; node %d took over; heads again %v after", leader, next, took)
+}
+
+// TestFleetEventsRedisDown: while Redis does not answer, every node with
+// streams open polls alone (within its local share of the budget) and its
+// streams go on; when it answers again, one node polls.
+func TestFleetEventsRedisDown(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2, withStream)
+	streams := []*sseStream{openStream(t, edges[0].addr, "/edge/v1/events?chains=CHAINX"), openStream(t, edges[1].addr, "/edge/v1/events?chains=CHAINX")}
+	leaders := func() (n float64) {
+		for _, e := range edges {
+			n += gathered(t, e.harness).value(t, "explorer_edge_stream_poll_leader", "chain", "CHAINX")
+		}
+		return n
+	}
+	step := func() {
+		t.Helper()
+		h.clock.Advance(time.Second)
+		for _, s := range streams {
+			s.nextHead(t, h.sim.Head("CHAINX")-1)
+		}
+	}
+	// Until its subscription is confirmed a node polls alone too.
+	testkit.WaitFor(t, "one node polling", func() bool { return leaders() == 1 })
+	step()
+	rdb.stop()
+	// The first node's call that fails takes it off Redis; from then on it
+	// polls alone.
+	testkit.WaitFor(t, "both nodes polling alone", func() bool { return leaders() == 2 })
+	for range 3 {
+		step()
+	}
+	rdb.start()
+	testkit.WaitFor(t, "one node polling again", func() bool { return leaders() == 1 })
+	step()
 }
