@@ -14,6 +14,7 @@ import (
 	"github.com/buger/jsonparser"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/sim"
 )
 
@@ -341,4 +342,38 @@ func TestEventsDrain(t *testing.T) {
 			t.Errorf("stream %d ended without a retry: hint", i)
 		}
 	}
+}
+
+// TestEventsCountInConnectionCaps: a stream is a connection of the public
+// listener: with server.max_conns_per_ip 2, two open streams leave no room
+// for a third connection from the address, and a closed one frees it. The
+// edge does not read a stream's connection: it finds the client gone at
+// its next write, an event or a heartbeat (100ms here).
+func TestEventsCountInConnectionCaps(t *testing.T) {
+	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) {
+		c.Server.MaxConnsPerIP = 2
+		c.Stream.Heartbeat = 100 * time.Millisecond
+	})
+	a := openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")
+	openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")
+	third := func() int {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "GET /api/v5/chainx/block/block-list?chainShortName=chainx HTTP/1.1\r\nHost: edge\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		if f := strings.Fields(line); len(f) > 1 {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+		return 0
+	}
+	if got := third(); got != 429 {
+		t.Fatalf("a third connection with two streams open: %d, want 429", got)
+	}
+	a.conn.Close()
+	testkit.WaitFor(t, "the closed stream's connection freed", func() bool { return third() == 200 })
 }
