@@ -123,12 +123,12 @@ func (p *Proxy) lookupParts(s *settings, q *query, now time.Time) *batchParts {
 	for i := range b.hashes {
 		b.hashes[i] = string(q.Hash(i))
 		k := route.HashKey(chain, b.hashes[i])
-		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.disk != nil {
+		if b.items[i] = p.cache.GetString(k); b.items[i] == nil && p.tiers.disk != nil {
 			if b.items[i] = p.itemFromDisk(s, k, now); b.items[i] != nil {
 				b.fromDisk++
 			}
 		}
-		if b.items[i] == nil && p.tier != nil {
+		if b.items[i] == nil && p.tiers.shared != nil {
 			shared, sharedIdx = append(shared, k), append(sharedIdx, i)
 		}
 	}
@@ -162,7 +162,7 @@ func (p *Proxy) itemFromDisk(s *settings, key string, now time.Time) *cache.Entr
 	if !p.purges.Known() {
 		return nil
 	}
-	e := p.disk.Get(key, now)
+	e := p.tiers.disk.Get(key, now)
 	if e == nil {
 		return nil
 	}
@@ -192,7 +192,7 @@ func (p *Proxy) refreshParts(s *settings, chain string, stale []string, t *upstr
 		for i := range haveCopy {
 			haveCopy[i] = true
 		}
-		p.batch.fetch(s, chain, hashes, haveCopy, t)
+		p.work.batch.fetch(s, chain, hashes, haveCopy, t)
 	})
 }
 
@@ -215,7 +215,7 @@ func (b *batchParts) fetch(p *Proxy, s *settings, chain string) error {
 		haveCopy[j] = b.items[i].UsableOnError(now)
 	}
 	var err error
-	for j, c := range p.batch.fetch(s, chain, need, haveCopy, b.tenant) {
+	for j, c := range p.work.batch.fetch(s, chain, need, haveCopy, b.tenant) {
 		if c.err != nil {
 			err = c.err
 			continue
@@ -463,7 +463,7 @@ func (p *Proxy) storeItem(s *settings, chain, hash string, recs []byte, sent, no
 	e.Source = cache.SourceUpstream
 	e.Tags = purge.Of(e, recs, s.chains)
 	p.keep(s, e, now)
-	if p.tier != nil {
+	if p.tiers.shared != nil {
 		p.shared(s).Set(e, now)
 	}
 	return e

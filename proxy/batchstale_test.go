@@ -84,9 +84,9 @@ func TestBatchJoinerNotDecidedByOpener(t *testing.T) {
 		t.Fatalf("stale hash: %d %q", r.status, r.header["Cache-Status"])
 	}
 	opened := func() bool { // the refresh's group is gathering
-		h.p.batch.mu.Lock()
-		defer h.p.batch.mu.Unlock()
-		g := h.p.batch.open["TRADE_ZONE"]
+		h.p.work.batch.mu.Lock()
+		defer h.p.work.batch.mu.Unlock()
+		g := h.p.work.batch.open["TRADE_ZONE"]
 		return g != nil && len(g.hashes) == 1 && g.hashes[0] == stale
 	}
 	testkit.WaitFor(t, "the stale hash's refresh to open a group", opened)

@@ -503,7 +503,7 @@ func (e *events) relayed(b []byte) {
 // warm copies key from the shared tier into the cache, feeding chain
 // truth with it, as a miss that found it there would.
 func (e *events) warm(s *settings, chain, key string) {
-	if e.p.tier == nil {
+	if e.p.tiers.shared == nil {
 		return
 	}
 	f := &upstream.Request{Route: &route.Table[route.BlockList], Key: key, Chain: chain, Height: -1, HeadList: true}

@@ -57,9 +57,9 @@ func (p *Proxy) inspect(raw []byte) (*admin.Inspected, *envelope.Error) {
 			h := string(q.Hash(i))
 			k := route.HashKey(out.Chain, h)
 			out.Parts[i] = admin.Part{Hash: h, Key: k, KeyState: p.inspectKey(k, now)}
-			p.batch.mu.Lock()
-			_, out.Parts[i].Fetching = p.batch.flying[k]
-			p.batch.mu.Unlock()
+			p.work.batch.mu.Lock()
+			_, out.Parts[i].Fetching = p.work.batch.flying[k]
+			p.work.batch.mu.Unlock()
 		}
 	}
 	return out, nil

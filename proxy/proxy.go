@@ -56,19 +56,23 @@ type settings struct {
 type Proxy struct {
 	settings atomic.Pointer[settings] // what a reload may change, swapped whole
 	cache    *cache.Cache
-	disk     *disk.Store    // the disk tier of final answers, under memory (cache.disk_path); nil: none
-	tier     Tier           // the shared tier, asked through shared (tier.go); nil on a single node
+	tiers    tiers          // the tiers under memory: disk, then shared
 	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
 	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
-	batch    *batcher       // per-hash misses, batched (batch.go)
 	events   *events        // the stream of chain events and its poller (events.go); nil when off
-	work     work           // flights of misses and background refreshes
+	work     work           // flights of misses, batches, background refreshes
 	metrics  *metrics.Metrics
 	log      *slog.Logger
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now func() time.Time
 	ops ops // what the operator sees: tracing, request ids, sampled logs, top keys, the configuration's record
+}
+
+// tiers are the caches under memory, asked in this order on a miss.
+type tiers struct {
+	disk   *disk.Store // the disk tier of final answers (cache.disk_path); nil: none
+	shared Tier        // the shared tier, asked through Proxy.shared (tier.go); nil on a single node
 }
 
 // work is what the core has under way: the flights that merge identical
@@ -77,6 +81,7 @@ type Proxy struct {
 // goroutine however many requests see it stale; Close waits for bg.
 type work struct {
 	flight     singleflight.Group
+	batch      *batcher // per-hash misses, batched (batch.go)
 	queries    sync.Pool
 	mu         sync.Mutex // guards refreshing and closed
 	refreshing map[string]struct{}
@@ -125,7 +130,7 @@ type Options struct {
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, disk: o.Disk, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
+	p := &Proxy{cache: o.Cache, tiers: tiers{disk: o.Disk}, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
 		work: work{refreshing: map[string]struct{}{}}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -137,7 +142,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	p.purges = purge.New(p.cache, purge.Options{Metrics: p.metrics, Logger: p.log, Clock: p.clock, Sample: p.sampleWarn, Disk: o.Disk,
 		Chains: s.chains, InFlight: func() time.Duration { return p.settings.Load().inflight() }, Retain: p.retain})
 	if o.Tier != nil {
-		p.tier = o.Tier
+		p.tiers.shared = o.Tier
 	}
 	p.truth = truth.New(s.chains)
 	p.metrics.HeadAges(s.chains, func(chain string) (float64, bool) {
@@ -160,7 +165,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.batch = newBatcher(p, cfg.Cache.BatchWindow)
+	p.work.batch = newBatcher(p, cfg.Cache.BatchWindow)
 	p.work.queries.New = func() any {
 		return &query{Params: route.Params{Key: make([]byte, 0, 256)}, scratch: make([]byte, 0, 128)}
 	}
@@ -209,7 +214,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	}
 	s.auth.Inherit(old.auth)
 	p.up.Reconfigure(cfg.Upstream)
-	p.batch.window.Store(int64(cfg.Cache.BatchWindow))
+	p.work.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
 	p.ops.accessSample.Store(logsample.Threshold(cfg.Log.AccessSample))
 	p.ops.top.SetEvery(cfg.Admin.TopSample)
@@ -572,14 +577,14 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	// A copy a lower tier holds answers (lower), or stands in if the
 	// fetch fails for a request that has no copy of its own (standIn).
 	var stale lowerCopy
-	if p.disk != nil && !f.Poll {
+	if p.tiers.disk != nil && !f.Poll {
 		c := lowerCopy{e: p.fromDisk(s, f), disk: true}
 		if a := p.lower(s, f, c); a != nil {
 			return a, nil
 		}
 		f, stale = standIn(f, c, stale)
 	}
-	if p.tier != nil && !f.Poll {
+	if p.tiers.shared != nil && !f.Poll {
 		a, c, unlock := p.fromShared(s, f)
 		defer unlock()
 		if a != nil {
@@ -677,7 +682,7 @@ func (p *Proxy) fromDisk(s *settings, f *upstream.Request) *cache.Entry {
 		return nil // a fleet's purges not read yet (purge.Purger.Known)
 	}
 	_, ds := p.ops.tr.Span(f.Trace, "disk.get")
-	e := p.disk.Get(f.Key, p.clock())
+	e := p.tiers.disk.Get(f.Key, p.clock())
 	tracing.End(ds, nil)
 	if e == nil {
 		return nil
@@ -734,7 +739,7 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 	}
 	now := p.clock()
 	p.keep(s, e, now)
-	if p.tier != nil {
+	if p.tiers.shared != nil {
 		p.shared(s).Set(e, now)
 	}
 	return &loaded{entry: e, stored: true}

@@ -52,7 +52,7 @@ type sharedTier struct {
 }
 
 // shared is the shared tier under a request's settings s.
-func (p *Proxy) shared(s *settings) sharedTier { return sharedTier{Tier: p.tier, p: p, s: s} }
+func (p *Proxy) shared(s *settings) sharedTier { return sharedTier{Tier: p.tiers.shared, p: p, s: s} }
 
 func (t sharedTier) Get(key string, now time.Time) *cache.Entry {
 	return t.p.purges.Judge(t.p.admitShared(t.s, t.Tier.Get(key, now)))
