@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -407,7 +408,7 @@ func (e *events) variants(s *settings, chain, def string, n int) []string {
 	now := e.p.clock().UnixNano()
 	var out []string
 	add := func(k string) {
-		if k != def && len(out) < n && !contains(out, k) && e.isHeadKey(s, chain, k) {
+		if k != def && len(out) < n && !slices.Contains(out, k) && e.isHeadKey(s, chain, k) {
 			out = append(out, k)
 		}
 	}
@@ -440,15 +441,6 @@ func (e *events) variants(s *settings, chain, def string, n int) []string {
 		byTime = byTime[:len(byTime)-1]
 	}
 	return out
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // isHeadKey reports whether key is a canonical newest-page question of
