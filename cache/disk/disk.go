@@ -164,16 +164,17 @@ type Store struct {
 	started    bool // the writer runs: a corrupt file now stops the store
 
 	queue   chan *cache.Entry
-	// queued is the answers' bytes Put and not yet written or dropped,
-	// within queueBytes.
-	queued     atomic.Int64
-	queueBytes int64
 	bad     chan string // keys Get found corrupt or past their lifetime
 	flushes chan chan struct{}
 	quit    chan struct{}
 	done    chan struct{}
 	closed  atomic.Bool
 	once    sync.Once
+
+	// queued is the answers' bytes Put and not yet written or dropped,
+	// within queueBytes.
+	queued     atomic.Int64
+	queueBytes int64
 
 	// wmu orders write transactions with the state they change: the
 	// totals, failing and retryAt.
