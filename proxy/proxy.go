@@ -30,6 +30,7 @@ import (
 	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/admission"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/events"
 	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
@@ -60,7 +61,7 @@ type Proxy struct {
 	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
 	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
 	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
-	events   *events        // the stream of chain events and its poller (events.go); nil when off
+	events   *events.Events // the stream of chain events and its poller (package events); nil when off
 	work     work           // flights of misses, batches, background refreshes
 	metrics  *metrics.Metrics
 	log      *slog.Logger
@@ -125,7 +126,7 @@ type Options struct {
 	Tracer trace.TracerProvider
 	// Relay shares the event stream's poll between the nodes (fleet.Redis);
 	// nil = this node polls alone.
-	Relay Relay
+	Relay events.Relay
 }
 
 // New builds a proxy from a validated configuration.
@@ -172,7 +173,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	if o.Fleet != nil {
 		p.purges.Join(o.Fleet)
 	}
-	p.events = newEvents(p, cfg, s.chains, o.Relay)
+	p.events = events.New(eventsCore{p}, cfg.Stream, s.chains, p.metrics, o.Relay)
 	return p, nil
 }
 
@@ -307,7 +308,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) *admission.Client {
 	var r *route.Route
 	if m != nil {
 		r = m.Route
-	} else if p.events != nil && string(ctx.Path()) == EventsPath {
+	} else if p.events != nil && string(ctx.Path()) == events.Path {
 		p.serveEvents(ctx, s, start)
 		return nil
 	} else if r = route.ByPath(ctx.Path()); r == nil {
@@ -402,7 +403,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
-	p.events.asked(q)
+	if route.IsHeadList(q.Route.ID, q.Height, q.Page) {
+		p.events.Asked(string(q.Chain), string(q.Key))
+	}
 	a, leader, err := p.load(s, q.request(e != nil, false))
 	p.answer(ctx, s, q, e, a, leader, err, start)
 }
@@ -844,7 +847,7 @@ func (p *Proxy) background(keys []string, fn func(keys []string)) {
 // for those under way. Close it before the cache: a refresh still running
 // would store into a closed cache.
 func (p *Proxy) Close(ctx context.Context) error {
-	p.events.close() // its polls are misses too
+	p.events.Close() // its polls are misses too
 	p.work.mu.Lock()
 	p.work.closed = true
 	p.work.mu.Unlock()

@@ -61,12 +61,6 @@ func chainBlocks(r route.ID, height int64, body []byte) []truth.Block {
 	return out
 }
 
-// isHeadList reports whether q asks the chain's newest block page: a block
-// list without a height, its first page.
-func isHeadList(r route.ID, height, page int64) bool {
-	return r == route.BlockList && height < 0 && page <= 1
-}
-
 // observe feeds chain truth with the blocks of an answer to f asked at
 // asked (unix ns) and acts on the verdict. It returns how many blocks a
 // head list is behind the newest head seen (0: current).
@@ -138,7 +132,7 @@ func (p *Proxy) giveUp(chain string) {
 func (p *Proxy) reorganized(r *truth.Reorg) {
 	p.metrics.Reorgs.WithLabelValues(r.Chain).Inc()
 	n := p.purgeReplaced(r)
-	p.events.reorg(r) // announced once purged: a page asked on the event holds the new branch
+	p.events.Reorg(r) // announced once purged: a page asked on the event holds the new branch
 	attrs := []any{"chain", r.Chain, "from", r.Fork, "depth", r.Depth, "new_hash", r.NewHash,
 		"final_height", p.truth.Final(r.Chain), "entries", n}
 	if !r.Deep {

@@ -254,3 +254,9 @@ func ClassWindow(w config.PerClass, c cache.Class) time.Duration {
 // HashKey is the cache key of one hash's records (the per-hash routes'
 // items).
 func HashKey(chain, hash string) string { return "hash|" + chain + "|" + hash }
+
+// IsHeadList reports whether q asks the chain's newest block page: a block
+// list without a height, its first page.
+func IsHeadList(r ID, height, page int64) bool {
+	return r == BlockList && height < 0 && page <= 1
+}
