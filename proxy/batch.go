@@ -15,6 +15,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/purge"
+	"explorer-edge/proxy/reply"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/upstream"
 )
@@ -91,8 +92,8 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	if assembled.Fresh > now.UnixNano() && err == nil {
 		assembled.Tags = purge.Of(assembled, body, s.chains)
 		p.keep(s, assembled, now)
-	} else if st == statusPartial || st == statusMiss {
-		st.text = strings.TrimSuffix(st.text, "; stored") // a part was stale: not kept whole
+	} else if st == reply.Partial || st == reply.Miss {
+		st.Text = strings.TrimSuffix(st.Text, "; stored") // a part was stale: not kept whole
 	}
 	p.writeEntry(ctx, s, q, assembled, now, st)
 	p.answered(ctx, s, q.Route.ID, result, "0", start)
@@ -242,22 +243,22 @@ func (b *batchParts) standIn(err error, now int64) bool {
 }
 
 // status is the result and Cache-Status of the assembled answer.
-func (b *batchParts) status(err error) (metrics.Result, cacheStatus) {
+func (b *batchParts) status(err error) (metrics.Result, reply.Status) {
 	switch {
 	case err != nil:
-		return metrics.ResultStaleError, staleErrorStatus(err)
+		return metrics.ResultStaleError, reply.StaleError(err)
 	case len(b.need) == 0 && len(b.stale) > 0:
-		return metrics.ResultStale, statusStaleRevalidate
+		return metrics.ResultStale, reply.StaleRevalidate
 	case len(b.need) == 0 && b.fromShared > 0:
-		return metrics.ResultHit, statusSharedHit // as a whole key's answer from Redis says
+		return metrics.ResultHit, reply.SharedHit // as a whole key's answer from Redis says
 	case len(b.need) == 0 && b.fromDisk > 0:
-		return metrics.ResultHit, statusDiskHit
+		return metrics.ResultHit, reply.DiskHit
 	case len(b.need) == 0:
-		return metrics.ResultHit, statusHit
+		return metrics.ResultHit, reply.Hit
 	case b.fromCache > 0:
-		return metrics.ResultPartial, statusPartial
+		return metrics.ResultPartial, reply.Partial
 	}
-	return metrics.ResultMiss, statusMiss
+	return metrics.ResultMiss, reply.Miss
 }
 
 // assemble is the answer made of items in the order asked. It is as old as

@@ -6,11 +6,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/envelope"
-	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 )
 
@@ -23,8 +21,6 @@ import (
 //
 // None of them asks the upstream or the shared tier, or changes what the
 // cache holds.
-
-func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 
 // inspect is what this node holds for a public request URI (GET /cache):
 // parsed as the public path parses it (a question it refuses is refused
@@ -68,41 +64,10 @@ func (p *Proxy) inspect(raw []byte) (*admin.Inspected, *envelope.Error) {
 // inspectKey is what this node's cache holds under key at now.
 func (p *Proxy) inspectKey(key string, now time.Time) admin.KeyState {
 	e := p.cache.GetString(key)
-	k := admin.KeyState{State: e.StateAt(now.UnixNano()).String()}
 	p.work.mu.Lock()
-	_, k.Refreshing = p.work.refreshing[key]
+	_, refreshing := p.work.refreshing[key]
 	p.work.mu.Unlock()
-	if e == nil {
-		return k
-	}
-	n := now.UnixNano()
-	stored := e.Body
-	if e.Gzip != nil {
-		stored = e.Gzip
-	}
-	k.Entry = &admin.EntryInfo{
-		Class: e.Class.String(), Status: e.Status, Source: e.Source.String(),
-		Stored: rfc3339(e.Stored), Fresh: rfc3339(e.Fresh),
-		StaleWhileRevalidate: rfc3339(e.Fresh + e.StaleWhileRevalidate),
-		StaleIfError:         rfc3339(e.Fresh + max(e.StaleIfError, e.StaleWhileRevalidate)),
-		Age:                  max(float64(n-e.Stored), 0) / 1e9,
-		TTL:                  float64(e.Fresh-n) / 1e9,
-		SizeStored:           len(stored), SizeIdentity: e.Size, Gzip: e.Gzip != nil, Cost: e.Cost(),
-		ETag: string(e.ETag),
-		Tags: p.describeTags(&e.Tags),
-	}
-	return k
-}
-
-// describeTags names an entry's tags (purge/tags.go).
-func (p *Proxy) describeTags(t *cache.Tags) admin.TagInfo {
-	var out admin.TagInfo
-	out.Route, out.Chain = purge.TagNames(t, p.settings.Load().chains)
-	if t.Lo < t.Hi {
-		out.Heights = &admin.Heights{From: t.Lo, To: t.Hi - 1}
-	}
-	out.Hashes = len(t.Hashes)
-	return out
+	return admin.KeyStateOf(e, now, refreshing, p.settings.Load().chains)
 }
 
 // configApplied records cfg as the configuration in force from now: its

@@ -33,6 +33,7 @@ import (
 	"explorer-edge/proxy/events"
 	"explorer-edge/proxy/logsample"
 	"explorer-edge/proxy/purge"
+	"explorer-edge/proxy/reply"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
 	"explorer-edge/proxy/tracing"
@@ -374,7 +375,7 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, s *settings, q *query, m *r
 		p.traceCache(q.trace, []byte(m.Key), state, start)
 	}
 	p.ops.top.Sample(m.Key, m.Route.ID, now.UnixNano())
-	p.writeEntry(ctx, s, q, e, now, statusHit)
+	p.writeEntry(ctx, s, q, e, now, reply.Hit)
 	p.answered(ctx, s, m.Route.ID, metrics.ResultHit, entryCode(e), start)
 	return true
 }
@@ -390,11 +391,11 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	}
 	switch state {
 	case cache.Fresh:
-		p.writeEntry(ctx, s, q, e, now, statusHit)
+		p.writeEntry(ctx, s, q, e, now, reply.Hit)
 		p.answered(ctx, s, q.Route.ID, metrics.ResultHit, entryCode(e), start)
 		return
 	case cache.Stale:
-		p.writeEntry(ctx, s, q, e, now, statusStaleRevalidate)
+		p.writeEntry(ctx, s, q, e, now, reply.StaleRevalidate)
 		p.answered(ctx, s, q.Route.ID, metrics.ResultStale, "0", start)
 		p.refresh(s, q)
 		return
@@ -426,34 +427,34 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 		return
 	}
 	result := metrics.ResultMiss
-	st := statusMiss
+	st := reply.Miss
 	switch {
 	case a.revalidate:
 		// Served stale like a node's own copy; the flight that found it
 		// refreshes it, once, now that it is over.
-		result, st = metrics.ResultStale, statusStaleRevalidate
+		result, st = metrics.ResultStale, reply.StaleRevalidate
 		if leader {
 			p.refresh(s, q)
 		}
 	case !leader:
-		result, st = metrics.ResultCollapsed, statusCollapsed
+		result, st = metrics.ResultCollapsed, reply.Collapsed
 	case a.shared:
-		result, st = metrics.ResultHit, statusSharedHit
+		result, st = metrics.ResultHit, reply.SharedHit
 	case a.disk:
-		result, st = metrics.ResultHit, statusDiskHit
+		result, st = metrics.ResultHit, reply.DiskHit
 	case a.cached:
-		result, st = metrics.ResultHit, statusHit
+		result, st = metrics.ResultHit, reply.Hit
 	}
 	if a.behind && old != nil {
 		// The head never goes back: the copy at hand, older in age but
 		// newer in blocks, stands in.
-		p.writeEntry(ctx, s, q, old, now, statusStaleBehind)
+		p.writeEntry(ctx, s, q, old, now, reply.StaleBehind)
 		p.answered(ctx, s, id, metrics.ResultStaleError, "0", start)
 		return
 	}
 	if a.entry != nil {
-		if !a.stored && st == statusMiss {
-			st = statusMissNotStored
+		if !a.stored && st == reply.Miss {
+			st = reply.MissNotStored
 		}
 		p.writeEntry(ctx, s, q, a.entry, now, st)
 		p.answered(ctx, s, id, result, entryCode(a.entry), start)
@@ -465,7 +466,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, s *settings, q *query, old *cac
 	// copy within stale_if_error stands in for it. Otherwise it is passed
 	// through as it came.
 	if envelope.UpstreamFailing(a.status, a.code) && old.UsableOnError(now.UnixNano()) {
-		p.writeEntry(ctx, s, q, old, now, statusStaleEnvelope)
+		p.writeEntry(ctx, s, q, old, now, reply.StaleEnvelope)
 		p.answered(ctx, s, id, metrics.ResultStaleError, "0", start)
 		return
 	}
@@ -488,7 +489,7 @@ func (p *Proxy) staleOrFail(ctx *fasthttp.RequestCtx, s *settings, q *query, old
 	var e *envelope.Error
 	answered := errors.As(err, &e) && e.Answered
 	if !answered && old.UsableOnError(now.UnixNano()) {
-		p.writeEntry(ctx, s, q, old, now, staleErrorStatus(err))
+		p.writeEntry(ctx, s, q, old, now, reply.StaleError(err))
 		p.answered(ctx, s, q.Route.ID, metrics.ResultStaleError, "0", start)
 		return
 	}

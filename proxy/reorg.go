@@ -3,8 +3,6 @@ package proxy
 import (
 	"strconv"
 
-	"github.com/buger/jsonparser"
-
 	"explorer-edge/cache"
 	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
@@ -28,44 +26,11 @@ import (
 //   - a head list behind the newest head seen is not stored (observe
 //     reports how far behind).
 
-// chainBlocks reads the blocks an answer of route r shows: every row of a
-// block list; the block of a transaction list (its rows' blockHash). nil
-// for other routes.
-func chainBlocks(r route.ID, height int64, body []byte) []truth.Block {
-	var out []truth.Block
-	switch r {
-	case route.BlockList:
-		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
-			s, _ := jsonparser.GetString(row, "height")
-			h, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || h < 0 {
-				return
-			}
-			hash, _ := jsonparser.GetString(row, "hash")
-			state, _ := jsonparser.GetString(row, "state")
-			out = append(out, truth.Block{Height: h, Hash: hash, Done: state == "done"})
-		}, "data", "[0]", "blockList")
-	case route.TransactionList:
-		if height < 0 {
-			return nil
-		}
-		jsonparser.ArrayEach(body, func(row []byte, _ jsonparser.ValueType, _ int, _ error) {
-			if len(out) > 0 {
-				return
-			}
-			if hash, err := jsonparser.GetString(row, "blockHash"); err == nil && hash != "" {
-				out = append(out, truth.Block{Height: height, Hash: hash})
-			}
-		}, "data", "[0]", "blockList")
-	}
-	return out
-}
-
 // observe feeds chain truth with the blocks of an answer to f asked at
 // asked (unix ns) and acts on the verdict. It returns how many blocks a
 // head list is behind the newest head seen (0: current).
 func (p *Proxy) observe(f *upstream.Request, body []byte, asked int64) (behind int64) {
-	blocks := chainBlocks(f.Route.ID, f.Height, body)
+	blocks := route.Blocks(f.Route.ID, f.Height, body)
 	if len(blocks) == 0 {
 		return 0
 	}

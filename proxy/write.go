@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"strconv"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"explorer-edge/cache"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/reply"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/server"
 )
@@ -19,7 +19,6 @@ var (
 	ctJSON            = []byte("application/json")
 	hdrCacheStatus    = []byte("Cache-Status")
 	hdrCacheControl   = []byte("Cache-Control")
-	hdrAge            = []byte("Age")
 	hdrETag           = []byte("ETag")
 	hdrVary           = []byte("Vary")
 	valOrigin         = []byte("Origin")
@@ -31,47 +30,10 @@ var (
 	hdrAcceptEncoding = []byte("Accept-Encoding")
 	valAcceptEncoding = hdrAcceptEncoding
 	valGzip           = []byte("gzip")
-	valXGzip          = []byte("x-gzip")
 	etagGzipSuffix    = []byte(`-gz"`)
-	semicolon         = []byte(";")
 	ccNoStore         = []byte("no-store")
-	ccPublic          = []byte("public, max-age=")
-	ccSWR             = []byte(", stale-while-revalidate=")
-	ccSIE             = []byte(", stale-if-error=")
-	ccImmutable       = []byte(", immutable")
 	csMissUncacheable = []byte("explorer-edge; fwd=miss; detail=uncacheable")
 )
-
-// cacheStatus is what an answer says in its Cache-Status header (RFC 9211).
-// Each value is the fixed text after which ttl (when hasTTL) and detail go.
-type cacheStatus struct {
-	text   string
-	hasTTL bool
-	detail string
-}
-
-var (
-	statusHit             = cacheStatus{"explorer-edge; hit", true, ""}
-	statusSharedHit       = cacheStatus{"explorer-edge; hit", true, "shared"}
-	statusDiskHit         = cacheStatus{"explorer-edge; hit", true, "disk"}
-	statusStaleRevalidate = cacheStatus{"explorer-edge; hit", true, "stale-while-revalidate"}
-	statusMiss            = cacheStatus{"explorer-edge; fwd=miss; stored", true, ""}
-	statusMissNotStored   = cacheStatus{"explorer-edge; fwd=miss", false, ""}
-	statusCollapsed       = cacheStatus{"explorer-edge; fwd=miss; collapsed", true, ""}
-	statusPartial         = cacheStatus{"explorer-edge; fwd=partial; stored", true, ""}
-	statusStaleEnvelope   = cacheStatus{"explorer-edge; hit", true, "stale-if-error-" + envelope.ReasonEnvelope}
-	statusStaleBehind     = cacheStatus{"explorer-edge; hit", true, "stale-if-error-behind"}
-)
-
-// staleErrorStatus names, in the detail, why a stale copy was served.
-func staleErrorStatus(err error) cacheStatus {
-	detail := "stale-if-error"
-	var e *envelope.Error
-	if errors.As(err, &e) && e.Reason != "" {
-		detail += "-" + e.Reason
-	}
-	return cacheStatus{"explorer-edge; hit", true, detail}
-}
 
 // streamMin is the identity size above which an answer held compressed is
 // inflated as it is sent rather than whole into the response: 8 MB answers
@@ -81,13 +43,13 @@ const streamMin = 64 << 10
 // writeEntry sends a stored answer. It copies no body bytes and allocates
 // nothing: header values are built in the query's scratch buffer and fasthttp
 // copies them into its own reused header storage.
-func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *cache.Entry, now time.Time, st cacheStatus) {
+func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *cache.Entry, now time.Time, st reply.Status) {
 	h := &ctx.Response.Header
-	b := cacheHeaders(h, q.scratch[:0], e, now.UnixNano(), st)
+	b := reply.CacheHeaders(h, q.scratch[:0], e, now.UnixNano(), st)
 
 	// Each representation has its own strong validator (RFC 9110 section
 	// 8.8.3): the gzip body's is the identity body's with "-gz".
-	gz := e.Gzip != nil && acceptsGzip(ctx.Request.Header.PeekBytes(hdrAcceptEncoding))
+	gz := e.Gzip != nil && reply.AcceptsGzip(ctx.Request.Header.PeekBytes(hdrAcceptEncoding))
 	etag := e.ETag
 	if gz {
 		b = append(b[:0], e.ETag[:len(e.ETag)-1]...)
@@ -106,51 +68,12 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *c
 		ctx.SetStatusCode(e.Status)
 	}
 	// If-None-Match applies only to an answer that would be 2xx (RFC 9110 section 13.2.1).
-	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && e.Status < 300 && etagMatch(inm, etag) {
+	if inm := ctx.Request.Header.PeekBytes(hdrIfNoneMatch); len(inm) > 0 && e.Status < 300 && reply.ETagMatch(inm, etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return
 	}
 	h.SetContentTypeBytes(ctJSON)
 	p.writeBody(ctx, s, e, gz)
-}
-
-// cacheHeaders sets Cache-Status, Cache-Control and Age of e at ns, built
-// in b, which it returns for reuse.
-func cacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64, st cacheStatus) []byte {
-	b = append(b, st.text...)
-	if st.hasTTL {
-		b = append(b, "; ttl="...)
-		b = strconv.AppendInt(b, e.TTL(ns), 10)
-	}
-	if st.detail != "" {
-		b = append(b, "; detail="...)
-		b = append(b, st.detail...)
-	}
-	h.SetCanonical(hdrCacheStatus, b)
-
-	// RFC 9111: max-age is the freshness lifetime and Age the time since
-	// the upstream answered, so a shared cache keeps the answer fresh for
-	// max-age - Age more; the stale windows go as RFC 5861 directives.
-	b = append(b[:0], ccPublic...)
-	b = strconv.AppendInt(b, e.Lifetime(), 10)
-	if e.StaleWhileRevalidate >= int64(time.Second) {
-		b = append(b, ccSWR...)
-		b = strconv.AppendInt(b, e.StaleWhileRevalidate/int64(time.Second), 10)
-	}
-	if e.StaleIfError >= int64(time.Second) {
-		b = append(b, ccSIE...)
-		b = strconv.AppendInt(b, e.StaleIfError/int64(time.Second), 10)
-	}
-	// Settled chain data never changes: a browser need not revalidate it
-	// while it is fresh, not even on reload (RFC 8246).
-	if e.Class == cache.Final && e.Status == 0 {
-		b = append(b, ccImmutable...)
-	}
-	h.SetCanonical(hdrCacheControl, b)
-
-	b = strconv.AppendInt(b[:0], e.Age(ns), 10)
-	h.SetCanonical(hdrAge, b)
-	return b
 }
 
 // writeBody sends e's body: compressed when gz, else its identity bytes
@@ -179,85 +102,6 @@ func (p *Proxy) writeBody(ctx *fasthttp.RequestCtx, s *settings, e *cache.Entry,
 		p.cache.Del(e.Key)
 		p.writeError(ctx, s, envelope.ErrBadGateway)
 	}
-}
-
-// acceptsGzip reads Accept-Encoding as RFC 9110 section 12.5.3 does: gzip
-// (or x-gzip) with a q above 0, or failing a gzip entry, "*" with a q above
-// 0. Allocates nothing.
-func acceptsGzip(v []byte) bool {
-	gzip, star := -1, -1 // -1 absent, 0 refused, 1 accepted
-	for len(v) > 0 {
-		var item []byte
-		if i := bytes.IndexByte(v, ','); i >= 0 {
-			item, v = v[:i], v[i+1:]
-		} else {
-			item, v = v, nil
-		}
-		coding, params, _ := bytes.Cut(item, semicolon)
-		coding = bytes.TrimSpace(coding)
-		accepted := 1
-		if qZero(params) {
-			accepted = 0
-		}
-		switch {
-		case bytes.EqualFold(coding, valGzip), bytes.EqualFold(coding, valXGzip):
-			gzip = accepted
-		case len(coding) == 1 && coding[0] == '*':
-			star = accepted
-		}
-	}
-	if gzip >= 0 {
-		return gzip == 1
-	}
-	return star == 1
-}
-
-// qZero reports whether the parameters of an Accept-Encoding item hold a
-// weight of 0 ("q=0", "q=0.0", "Q=0.000").
-func qZero(params []byte) bool {
-	for len(params) > 0 {
-		var p []byte
-		p, params, _ = bytes.Cut(params, semicolon)
-		p = bytes.TrimSpace(p)
-		if len(p) < 2 || (p[0] != 'q' && p[0] != 'Q') || p[1] != '=' {
-			continue
-		}
-		w := bytes.TrimSpace(p[2:])
-		if len(w) == 0 || w[0] != '0' {
-			return false
-		}
-		for _, c := range w[1:] {
-			if c != '.' && c != '0' {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// etagMatch implements the weak comparison of If-None-Match (RFC 9110
-// section 13.1.2): "*" or any listed tag equal to ours, W/ ignored.
-func etagMatch(inm, etag []byte) bool {
-	for len(inm) > 0 {
-		inm = bytes.TrimLeft(inm, " \t,")
-		if len(inm) == 0 {
-			return false
-		}
-		if inm[0] == '*' {
-			return true
-		}
-		inm = bytes.TrimPrefix(inm, []byte("W/"))
-		end := bytes.IndexByte(inm, ',')
-		if end < 0 {
-			end = len(inm)
-		}
-		if bytes.Equal(bytes.TrimRight(inm[:end], " \t"), etag) {
-			return true
-		}
-		inm = inm[end:]
-	}
-	return false
 }
 
 // fail writes err as an envelope. Every error goes through here.

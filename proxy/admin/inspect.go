@@ -1,7 +1,9 @@
 package admin
 
 import (
+	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/proxy/purge"
 	"sync"
 	"time"
 )
@@ -123,3 +125,42 @@ func (c *ConfigInfo) report(cfg map[string]any) any {
 		LastReload: c.last, Config: cfg,
 	}
 }
+
+// KeyStateOf is what a cache holds under a key at now: its entry e (nil:
+// none), whether a refresh of it is under way; chains name the chain tags.
+func KeyStateOf(e *cache.Entry, now time.Time, refreshing bool, chains []string) KeyState {
+	k := KeyState{State: e.StateAt(now.UnixNano()).String(), Refreshing: refreshing}
+	if e == nil {
+		return k
+	}
+	n := now.UnixNano()
+	stored := e.Body
+	if e.Gzip != nil {
+		stored = e.Gzip
+	}
+	k.Entry = &EntryInfo{
+		Class: e.Class.String(), Status: e.Status, Source: e.Source.String(),
+		Stored: rfc3339(e.Stored), Fresh: rfc3339(e.Fresh),
+		StaleWhileRevalidate: rfc3339(e.Fresh + e.StaleWhileRevalidate),
+		StaleIfError:         rfc3339(e.Fresh + max(e.StaleIfError, e.StaleWhileRevalidate)),
+		Age:                  max(float64(n-e.Stored), 0) / 1e9,
+		TTL:                  float64(e.Fresh-n) / 1e9,
+		SizeStored:           len(stored), SizeIdentity: e.Size, Gzip: e.Gzip != nil, Cost: e.Cost(),
+		ETag: string(e.ETag),
+		Tags: tagInfo(&e.Tags, chains),
+	}
+	return k
+}
+
+// tagInfo names an entry's tags (purge/tags.go).
+func tagInfo(t *cache.Tags, chains []string) TagInfo {
+	var out TagInfo
+	out.Route, out.Chain = purge.TagNames(t, chains)
+	if t.Lo < t.Hi {
+		out.Heights = &Heights{From: t.Lo, To: t.Hi - 1}
+	}
+	out.Hashes = len(t.Hashes)
+	return out
+}
+
+func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
