@@ -166,12 +166,14 @@ func run(cfg config.Config, path string, logOut io.Writer, stop <-chan struct{})
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// So is the file's watch (watch_config): a change made once the edge
+	// answers is seen.
+	changes, unwatch := watchConfig(cfg, path, log)
+	defer unwatch()
 	edge, err := proxy.Start(cfg, node.Options{Logger: log, Level: level, Register: processMetrics(cfg.Cache.MaxBytes)})
 	if err != nil {
 		return err
 	}
-	changes, unwatch := watchConfig(cfg, path, log)
-	defer unwatch()
 	// Editors and the kubelet write a file in steps (truncate, write,
 	// rename): reload once it has been quiet for watchSettle, not on the
 	// first event, which may see half a file.
