@@ -140,7 +140,7 @@ const calls = %s;
 Promise.all(calls.map(c => fetch(c.url, {headers: c.headers}).then(async r => {
   const body = await r.json();
   return {name: c.name, status: r.status, code: body.code, requestId: r.headers.get('X-Request-Id'),
-    reply.Status: r.headers.get('Cache-Status'), cacheControl: r.headers.get('Cache-Control')};
+    cacheStatus: r.headers.get('Cache-Status'), cacheControl: r.headers.get('Cache-Control')};
 }).catch(e => ({name: c.name, error: String(e)})))).then(results => {
   document.body.textContent = results.map(r => 'RESULT ' + JSON.stringify(r)).join('\n');
 });
@@ -151,7 +151,7 @@ type browserResult struct {
 	Status       int    `json:"status"`
 	Code         string `json:"code"`
 	RequestID    string `json:"requestId"`
-	CacheStatus  string `json:"reply.Status"`
+	CacheStatus  string `json:"cacheStatus"`
 	CacheControl string `json:"cacheControl"`
 	Error        string `json:"error"`
 }

@@ -40,7 +40,7 @@ function open(lastId) {
       const r = await fetch(edge + '/api/v5/chainx/block/block-list?chainShortName=CHAINX', {cache: 'no-cache'});
       const b = await r.json();
       const top = Math.max(...b.data[0].blockList.map(x => Number(x.height)));
-      heads.push({height: d.height, id, reply.Status: r.headers.get('Cache-Status'), top});
+      heads.push({height: d.height, id, cacheStatus: r.headers.get('Cache-Status'), top});
       if (heads.length === 3 && !cut) {
         cut = true;
         es.close();
@@ -60,7 +60,7 @@ open('');
 type pageHead struct {
 	Height      int64  `json:"height"`
 	ID          string `json:"id"`
-	CacheStatus string `json:"reply.Status"`
+	CacheStatus string `json:"cacheStatus"`
 	Top         int64  `json:"top"`
 }
 
