@@ -99,7 +99,7 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	p.answered(ctx, s, q.Route.ID, result, "0", start)
 }
 
-// batchParts is what the item cache and the shared tier hold of one
+// batchParts is what the item cache, the disk and the shared tier hold of one
 // request's hashes, and what the batcher fetched of the rest.
 type batchParts struct {
 	hashes     []string       // as asked

@@ -46,8 +46,8 @@ func (p *Proxy) observe(f *upstream.Request, body []byte, asked int64) (behind i
 	return v.Behind
 }
 
-// observeEntry is observe for an entry read from the shared tier: another
-// node's answer, as old as its Stored time.
+// observeEntry is observe for an entry read from a tier under memory (disk,
+// shared): an answer as old as its Stored time.
 func (p *Proxy) observeEntry(f *upstream.Request, e *cache.Entry) (behind int64) {
 	if f.Route.ID != route.BlockList && f.Route.ID != route.TransactionList {
 		return 0
