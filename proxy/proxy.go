@@ -781,9 +781,7 @@ func (p *Proxy) promote(s *settings, e *cache.Entry, now time.Time) {
 }
 
 func (p *Proxy) keepIn(s *settings, e *cache.Entry, now time.Time, toDisk bool) {
-	if e = p.purges.Admit(e, now.Add(-s.inflight()).UnixNano(), toDisk); e != nil {
-		p.cache.Set(e, now)
-	}
+	p.purges.Admit(e, now.Add(-s.inflight()).UnixNano(), toDisk, func(e *cache.Entry) { p.cache.Set(e, now) })
 }
 
 // ttlFor is the fresh time of an answer of class c on route r.

@@ -51,14 +51,15 @@ type Purger struct {
 	m      *metrics.Metrics
 	logger *slog.Logger
 	o      Options
-	// written orders the disk tier's writes with its purges: Admit holds
-	// it for reading from its verdict until the entry is queued (a channel
-	// send that never blocks), and a purge takes it once, between logging
-	// itself and deleting (Disk). So an entry is either judged by the
-	// purge or queued before the Delete, which writes the queue first and
-	// then removes what the purge selects: a purge that falls between an
-	// answer's verdict and its write cannot leave it in the file, where a
-	// restart would find it with no log to judge it.
+	// written orders stores with purges: Admit holds it for reading from
+	// an answer's verdict until the answer is stored (in memory, and
+	// queued for the disk tier: a channel send that never blocks), and a
+	// purge takes it once, between logging itself and scanning memory and
+	// deleting from the disk (barrier). So an answer is either judged by
+	// the purge or stored before the purge looks: a purge that falls
+	// between an answer's verdict and its store cannot leave it in memory,
+	// nor in the file, where a restart would find it with no log to judge
+	// it.
 	written sync.RWMutex
 	// floors counts the fleet's purge log reads (each hands over the
 	// floor first); known: the log has been read to its end once (Known).
@@ -119,10 +120,16 @@ func (p *Purger) Disk(sel *Selector) int {
 	if p.disk == nil {
 		return 0
 	}
-	p.written.Lock()
-	//lint:ignore SA2001 a barrier: every Admit that had not seen sel has queued its entry
-	p.written.Unlock()
+	p.barrier()
 	return p.disk.Delete(sel.match)
+}
+
+// barrier waits for every Admit under way to have stored its answer: those
+// that had not seen a purge just logged did so before the purge looks.
+func (p *Purger) barrier() {
+	p.written.Lock()
+	//lint:ignore SA2001 a barrier: every Admit that had not seen the purge has stored its answer
+	p.written.Unlock()
 }
 
 // Purge applies sel to this node, passes it on to the fleet, and counts
@@ -138,6 +145,7 @@ func (p *Purger) Purge(sel *Selector) (Result, error) {
 func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	now := p.o.Clock()
 	p.log.add(record{at: at, sel: sel}, now.Add(-p.keep()).UnixNano())
+	p.barrier()
 	res := Result{Selector: sel.kind.String(), Mode: sel.Mode()}
 	res.Memory = p.Memory(sel, now)
 	res.Disk = p.Disk(sel)
@@ -151,29 +159,27 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	return res, err
 }
 
-// Admit is what of e, an answer being stored, the purges since since
-// (unix ns: when an answer stored now may have left) let into the cache:
-// nil when a hard purge selected it while its answer was on its way, a
-// copy stale from a soft one's time, or e. With toDisk, e is also queued
-// for the disk tier when it is final and admitted whole, in one step with
-// its verdict (Purger.written).
-func (p *Purger) Admit(e *cache.Entry, since int64, toDisk bool) *cache.Entry {
-	toDisk = toDisk && p.disk != nil && e.Class == cache.Final
-	if toDisk {
-		p.written.RLock()
-		defer p.written.RUnlock()
-	}
+// Admit stores what of e, an answer being stored, the purges since since
+// (unix ns: when an answer stored now may have left) let in, with store
+// (into memory): nothing when a hard purge selected it while its answer
+// was on its way, a copy stale from a soft one's time, or e. With toDisk,
+// e is also queued for the disk tier when it is final and admitted whole.
+// The verdict and the store are one step for purges (Purger.written).
+func (p *Purger) Admit(e *cache.Entry, since int64, toDisk bool, store func(*cache.Entry)) {
+	p.written.RLock()
+	defer p.written.RUnlock()
 	drop, from := p.log.verdict(e, since)
 	switch {
 	case drop:
-		return nil
+		return
 	case from != 0 && from < e.Fresh:
-		return e.StaleFrom(from)
+		store(e.StaleFrom(from))
+		return
 	}
-	if toDisk {
+	store(e)
+	if toDisk && p.disk != nil && e.Class == cache.Final {
 		p.disk.Put(e)
 	}
-	return e
 }
 
 // Judge is what an entry read from the shared tier or the disk tier is
@@ -266,6 +272,7 @@ func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
 	if !live {
 		return
 	}
+	p.barrier()
 	n := p.Memory(sel, now)
 	d := p.Disk(sel)
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
