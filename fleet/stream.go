@@ -106,3 +106,60 @@ func (r *Redis) WatchEvents(fn func(msg []byte)) {
 		}
 	}()
 }
+
+// The newest-page questions clients asked, shared between the nodes: each
+// node adds the ones its clients asked to a sorted set per chain
+// (<prefix>{stream}:variants:<CHAIN>, scored by the time asked, Unix
+// milliseconds), and the polling node refreshes them with each new head,
+// whichever node they were asked of.
+
+func (r *Redis) variantsKey(chain string) string { return r.cfg.Prefix + "{stream}:variants:" + chain }
+
+// ShareVariants adds keys, asked of this node at at, to chain's record,
+// and drops from it what was asked before at-keep and all but the newest
+// max. It reports whether Redis took them. Counted as set operations.
+func (r *Redis) ShareVariants(chain string, keys []string, at time.Time, keep time.Duration, max int) bool {
+	c := r.live()
+	if c == nil || len(keys) == 0 {
+		return false
+	}
+	k := r.variantsKey(chain)
+	add := c.B().Zadd().Key(k).ScoreMember()
+	for _, key := range keys {
+		add = add.ScoreMember(float64(at.UnixMilli()), key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	for _, res := range c.DoMulti(ctx,
+		add.Build(),
+		c.B().Zremrangebyscore().Key(k).Min("-inf").Max("("+strconv.FormatInt(at.Add(-keep).UnixMilli(), 10)).Build(),
+		c.B().Zremrangebyrank().Key(k).Start(0).Stop(int64(-max-1)).Build(),
+		c.B().Pexpire().Key(k).Milliseconds(keep.Milliseconds()).Build(),
+	) {
+		if !r.result(opSet, res.Error()) {
+			return false
+		}
+	}
+	return true
+}
+
+// Variants are up to n keys of chain's record asked since since, the most
+// recent first; ok is false when Redis did not answer. What they name is
+// the caller's to check. Counted as get operations.
+func (r *Redis) Variants(chain string, since time.Time, n int) (keys []string, ok bool) {
+	c := r.live()
+	if c == nil {
+		return nil, false
+	}
+	if n <= 0 {
+		return nil, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Timeout)
+	defer cancel()
+	keys, err := c.Do(ctx, c.B().Zrange().Key(r.variantsKey(chain)).Min("+inf").Max(strconv.FormatInt(since.UnixMilli(), 10)).
+		Byscore().Rev().Limit(0, int64(n)).Build()).AsStrSlice()
+	if !r.result(opGet, err) {
+		return nil, false
+	}
+	return keys, true
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -112,8 +113,11 @@ func TestFleetEventsOnePoller(t *testing.T) {
 		}
 		return n
 	}
-	if def, _ := headCalls(h); float64(def) > total() || float64(def) < total()-1 { // a poll may be counted before its call ends
-		t.Fatalf("%d upstream calls of the newest page for %v polls in the fleet", def, total())
+	// A poll is counted after its call: one in flight is in the calls and
+	// not yet in the polls.
+	calls, _ := headCalls(h)
+	if n := total(); float64(calls) > n+1 || float64(calls) < n-1 {
+		t.Fatalf("%d upstream calls of the newest page for %v polls in the fleet", calls, n)
 	}
 
 	// The polling node closes: another takes over.
@@ -182,4 +186,94 @@ func TestFleetEventsRedisDown(t *testing.T) {
 	rdb.start()
 	testkit.WaitFor(t, "one node polling again", func() bool { return leaders() == 1 })
 	step()
+}
+
+// TestFleetEventsVariantOfAFollower: a variant of the newest page (limit=5)
+// asked of one node that does not poll is shared with the fleet's record in
+// Redis, and the polling node refreshes it with each new head; on every
+// head event the follower's stream carries, the variant fetched from that
+// follower is a hit holding the announced height. The upstream is asked
+// once per poll of the default page and once per new head for the variant,
+// for the whole fleet.
+func TestFleetEventsVariantOfAFollower(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 3, withStream)
+	streams := make([]*sseStream, len(edges))
+	for i, e := range edges {
+		streams[i] = openStream(t, e.addr, "/edge/v1/events?chains=CHAINX")
+	}
+	// Every node has polled once (alone, or found the lease held) when its
+	// stream has a head: from then on one node polling is the steady state.
+	h.clock.Advance(time.Second)
+	for _, s := range streams {
+		s.nextHead(t, h.sim.Head("CHAINX")-1)
+	}
+	leading := func(i int) bool {
+		return gathered(t, edges[i].harness).value(t, "explorer_edge_stream_poll_leader", "chain", "CHAINX") == 1
+	}
+	leader := -1
+	testkit.WaitFor(t, "one node polling", func() bool {
+		n := 0
+		for i := range edges {
+			if leading(i) {
+				n, leader = n+1, i
+			}
+		}
+		return n == 1
+	})
+	f := (leader + 1) % len(edges)
+	s := streams[f]
+	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
+	if r := edges[f].get(variant); r.status != 200 {
+		t.Fatalf("variant on node %d: %d %s", f, r.status, r.body)
+	}
+	// The follower shares it at its poller's next tick.
+	testkit.WaitFor(t, "the variant in the fleet's record", func() bool {
+		keys, ok := edges[leader].shared.Variants("CHAINX", h.clock.Now().Add(-time.Minute), 8)
+		return ok && slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "limit=5") })
+	})
+	// Counted from the head the streams hold now.
+	h.clock.Advance(time.Second)
+	last, _ := s.nextHead(t, h.sim.Head("CHAINX")-1)
+	def0, var0 := headCalls(h)
+	before := make([]float64, len(edges))
+	for i, e := range edges {
+		before[i] = polls(t, e.harness, "CHAINX")
+	}
+	const blocks = 5
+	for block := range blocks {
+		h.clock.Advance(time.Second)
+		head, _ := s.nextHead(t, last.Height)
+		if want := h.sim.Head("CHAINX"); head.Height != want {
+			t.Fatalf("block %d: node %d announced %d, the upstream's head is %d", block, f, head.Height, want)
+		}
+		r := edges[f].get(variant)
+		if cs := r.header["Cache-Status"]; r.status != 200 || !strings.HasPrefix(cs, "explorer-edge; hit") {
+			t.Fatalf("block %d: the variant on node %d on the head event: %d %q, want a hit", block, f, r.status, cs)
+		}
+		if got := newestHeight(t, r.body); got != head.Height {
+			t.Fatalf("block %d: the variant on node %d holds %d, the event said %d", block, f, got, head.Height)
+		}
+		last = head
+	}
+	var total float64
+	for i, e := range edges {
+		n := polls(t, e.harness, "CHAINX") - before[i]
+		if n > 0 && i != leader {
+			t.Fatalf("node %d polled %v times; node %d holds the lease", i, n, leader)
+		}
+		total += n
+	}
+	def, vars := headCalls(h)
+	def, vars = def-def0, vars-var0
+	// A poll is counted after its call: one in flight at either end of the
+	// window is in one count and not the other.
+	if float64(def) > total+1 || float64(def) < total-1 {
+		t.Fatalf("%d upstream calls of the default page for %v polls in the fleet", def, total)
+	}
+	if vars != blocks {
+		t.Fatalf("%d upstream calls of the variant for %d new heads, want one each", vars, blocks)
+	}
+	t.Logf("node %d polled, node %d asked the variant: %d blocks, %d calls of the default page (%v polls), %d of the variant",
+		leader, f, blocks, def, total, vars)
 }

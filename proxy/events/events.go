@@ -42,7 +42,9 @@ import (
 // someone on this node listens (Hub.Listening), and in fleet mode only by
 // the node that holds the chain's lease in Redis; it publishes on a
 // channel, and every other node takes the pages it names from the shared
-// tier into its own cache before it announces the head from them. While
+// tier into its own cache before it announces the head from them. The
+// variants are the fleet's: each node adds those its clients ask to a
+// record in Redis (share), which the polling node reads (variants). While
 // Redis does not answer, each node polls alone (within its local share of
 // the budget).
 
@@ -60,6 +62,13 @@ type Relay interface {
 	// WatchEvents calls fn with every message published, until the
 	// relay closes.
 	WatchEvents(fn func(msg []byte))
+	// ShareVariants adds newest-page keys of chain asked of this node at
+	// at to the fleet's record, keeping what was asked within keep, at
+	// most max keys.
+	ShareVariants(chain string, keys []string, at time.Time, keep time.Duration, max int) bool
+	// Variants are up to n keys of chain the fleet's record holds asked
+	// since since, the most recent first; ok false: Redis did not answer.
+	Variants(chain string, since time.Time, n int) (keys []string, ok bool)
 }
 
 // Core is what the poller asks of the request core (proxy.Proxy).
@@ -91,6 +100,10 @@ const recentWindow = 5 * time.Minute
 // recentMax bounds the record of newest-page questions per chain.
 const recentMax = 64
 
+// shareEvery is how often at most a node shares one key with the fleet's
+// record of variants (Relay.ShareVariants), and reads its top keys for it.
+const shareEvery = 5 * time.Second
+
 // Events is the hub and its poller. Create it with New.
 type Events struct {
 	core   Core
@@ -105,6 +118,8 @@ type Events struct {
 
 	mu     sync.Mutex
 	recent map[string]map[string]int64 // chain -> newest-page key -> last asked (unix ns)
+	shared map[string]map[string]int64 // chain -> newest-page key -> last shared with the fleet (unix ns)
+	topAt  map[string]int64            // chain -> when its top keys were last shared (unix ns)
 }
 
 // chainPoll is one chain's poller state; owned by its goroutine but for
@@ -127,7 +142,8 @@ func New(core Core, st config.Stream, chains []string, m *metrics.Metrics, relay
 	}
 	e := &Events{core: core, chains: chains, relay: relay, polls: map[string]*chainPoll{}, stop: make(chan struct{}),
 		token:  strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36),
-		recent: map[string]map[string]int64{}, m: m.StreamPolls(chains)}
+		recent: map[string]map[string]int64{}, shared: map[string]map[string]int64{}, topAt: map[string]int64{},
+		m: m.StreamPolls(chains)}
 	e.hub = stream.New(stream.Options{
 		Chains: chains, MaxSubscribers: st.MaxSubscribers, MaxPerIP: st.MaxPerIP, Buffer: st.Buffer,
 		History: st.History, Heartbeat: st.Heartbeat, WriteTimeout: st.WriteTimeout, RetryHint: st.Retry,
@@ -141,6 +157,7 @@ func New(core Core, st config.Stream, chains []string, m *metrics.Metrics, relay
 		cp := &chainPoll{chain: c, wake: make(chan struct{}, 1)}
 		e.polls[c] = cp
 		e.recent[c] = map[string]int64{}
+		e.shared[c] = map[string]int64{}
 	}
 	for _, cp := range e.polls {
 		e.wg.Add(1)
@@ -212,6 +229,7 @@ func (e *Events) run(cp *chainPoll) {
 		}
 		st := e.core.Stream()
 		next := st.PollInterval
+		e.share(cp.chain)
 		if e.hub.Listening(cp.chain) {
 			next = e.poll(cp, st)
 		} else {
@@ -416,9 +434,67 @@ func (e *Events) pruneLocked(rec map[string]int64, now int64) {
 	}
 }
 
+// share adds the newest-page questions of chain asked of this node since
+// they were last shared (and, every shareEvery, the ones its top-keys
+// sampler shows kept fresh) to the fleet's record, so that the polling
+// node refreshes them too. A key is shared at most once per shareEvery; a
+// no-op without the relay.
+func (e *Events) share(chain string) {
+	if e.relay == nil {
+		return
+	}
+	now := e.core.Now()
+	ns := now.UnixNano()
+	var keys []string
+	add := func(k string) {
+		if at, ok := e.shared[chain][k]; (!ok || ns-at >= int64(shareEvery)) && !slices.Contains(keys, k) && len(keys) < recentMax {
+			keys = append(keys, k)
+		}
+	}
+	e.mu.Lock()
+	rec, done := e.recent[chain], e.shared[chain]
+	if rec == nil {
+		e.mu.Unlock()
+		return
+	}
+	for k, at := range done {
+		if ns-at > int64(recentWindow) {
+			delete(done, k)
+		}
+	}
+	for k, at := range rec {
+		if s, ok := done[k]; !ok || at > s {
+			add(k)
+		}
+	}
+	top := ns-e.topAt[chain] >= int64(shareEvery)
+	if top {
+		e.topAt[chain] = ns
+	}
+	e.mu.Unlock()
+	if top {
+		for _, tk := range e.core.TopKeys(ns) {
+			if tk.Route == route.Table[route.BlockList].Name && e.isHeadKey(chain, tk.Key) {
+				add(tk.Key)
+			}
+		}
+	}
+	if len(keys) == 0 || !e.relay.ShareVariants(chain, keys, now, recentWindow, recentMax) {
+		return // Redis down: tried again at the next tick
+	}
+	e.mu.Lock()
+	for _, k := range keys {
+		done[k] = ns
+	}
+	e.mu.Unlock()
+}
+
 // variants are up to n newest-page keys of chain other than def that
 // clients asked in the last recentWindow: the most asked first (the
-// top-keys sampler), then the most recent.
+// top-keys sampler), then the most recent; in a fleet the most recent of
+// the fleet's record (Relay.Variants: asked of any node), then those of
+// this node's own not shared yet. Whatever names a key, it is fetched only
+// if it is a canonical newest-page question of chain (isHeadKey).
 func (e *Events) variants(chain, def string, n int) []string {
 	if n <= 0 {
 		return nil
@@ -447,6 +523,15 @@ func (e *Events) variants(chain, def string, n int) []string {
 		byTime = append(byTime, asked{k, at})
 	}
 	e.mu.Unlock()
+	if e.relay != nil && len(out) < n {
+		// def and this node's own top keys may be among them: a few more.
+		keys, _ := e.relay.Variants(chain, time.Unix(0, now).Add(-recentWindow), 2*n+1)
+		for _, k := range keys {
+			if len(k) <= maxKeyLen {
+				add(k)
+			}
+		}
+	}
 	for len(out) < n && len(byTime) > 0 {
 		j := 0
 		for i := range byTime {
@@ -460,6 +545,9 @@ func (e *Events) variants(chain, def string, n int) []string {
 	}
 	return out
 }
+
+// maxKeyLen bounds a key read from the fleet's record before it is parsed.
+const maxKeyLen = 512
 
 // isHeadKey reports whether key is a canonical newest-page question of
 // chain: what a relayed message or the top-keys table names is checked
