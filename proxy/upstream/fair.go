@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"container/heap"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,32 +114,15 @@ func (g *fairQueue) take(t *Tenant, wait time.Duration, background bool, avoid *
 	}
 	w := g.enqueue(t)
 	w.avoid = avoid
-	if !g.running {
-		g.running = true
-		go g.dispatch()
-	}
-	g.mu.Unlock()
-
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-w.ready:
-		return w.got, 0
-	case <-timer.C:
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if w.got != nil { // the token came as the time ran out: use it
-		return w.got, 0
-	}
-	heap.Remove(&g.queue, w.index)
-	// Its place is given back: the client is not charged for a miss
-	// that never went.
-	if f := g.finish[t]; f == w.start+1/t.Share {
-		g.finish[t] = w.start
-	}
-	g.forget()
-	return nil, wait
+	return g.await(w, wait, func() {
+		heap.Remove(&g.queue, w.index)
+		// Its place is given back: the client is not charged for a miss
+		// that never went.
+		if f := g.finish[t]; f == w.start+1/t.Share {
+			g.finish[t] = w.start
+		}
+		g.forget()
+	})
 }
 
 // takeRefresh draws a token for the refresh of a key clients are being
@@ -159,12 +143,22 @@ func (g *fairQueue) takeRefresh(wait time.Duration, avoid *account) (*account, t
 	}
 	w := &waiter{index: -1, avoid: avoid, ready: make(chan struct{})}
 	g.refreshes = append(g.refreshes, w)
+	return g.await(w, wait, func() {
+		if i := slices.Index(g.refreshes, w); i >= 0 {
+			g.refreshes = slices.Delete(g.refreshes, i, i+1)
+		}
+	})
+}
+
+// await waits at most wait for the token of w, just put in a line; g.mu
+// is held, and released. When the time runs out first, leave takes w out
+// of its line, under g.mu, unless the token came as it ran out.
+func (g *fairQueue) await(w *waiter, wait time.Duration, leave func()) (*account, time.Duration) {
 	if !g.running {
 		g.running = true
 		go g.dispatch()
 	}
 	g.mu.Unlock()
-
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
@@ -174,15 +168,10 @@ func (g *fairQueue) takeRefresh(wait time.Duration, avoid *account) (*account, t
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if w.got != nil {
+	if w.got != nil { // the token came as the time ran out: use it
 		return w.got, 0
 	}
-	for i, x := range g.refreshes {
-		if x == w {
-			g.refreshes = append(g.refreshes[:i], g.refreshes[i+1:]...)
-			break
-		}
-	}
+	leave()
 	return nil, wait
 }
 
