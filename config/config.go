@@ -450,7 +450,7 @@ func Load(path string) (Config, error) {
 // what could be read, over the defaults, for a caller that wants its log
 // settings to report the error with.
 // more are further checks, made where what they check is declared (the
-// route table's check of cache.ttl, proxy.CheckConfig); their problems are
+// route table's check of cache.ttl, route.CheckConfig); their problems are
 // listed with the others.
 func Check(path string, more ...func(*Config) error) (Config, error) {
 	cfg, src, probs, err := load(path)

@@ -87,7 +87,7 @@ auth:
 		t.Fatalf("chains from env: %v", c.Chains)
 	}
 	// cache.ttl holds the overrides; the route table's defaults fill the
-	// rest (proxy.CheckConfig, TestRouteTableTTLs).
+	// rest (route.CheckConfig, TestRouteTableTTLs).
 	if bl := c.Cache.TTL["block-list"]; bl.Head != 3*time.Second || bl.Final != 0 {
 		t.Fatalf("ttl override: %+v", bl)
 	}

@@ -288,7 +288,7 @@ func (c *Config) checkCache(v *validator) {
 		v.bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)
 	}
 	// Route names and that each route keeps a TTL are the route table's
-	// to check (proxy.CheckConfig): the table lives there.
+	// to check (route.CheckConfig): the table lives there.
 	for route, t := range ca.TTL {
 		for _, f := range t.fields() {
 			v.nonNegative("cache.ttl."+route+"."+f.name, f.d)

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkHit drives the real handler on a cached key: admission (auth
-// off), the remembered parse (uriMemo), cache lookup, headers and metrics.
+// off), the remembered parse (route.Memo), cache lookup, headers and metrics.
 // The client takes no gzip: the answer is sent from its hot identity copy.
 func BenchmarkHit(b *testing.B) { benchmarkHit(b, 0) }
 

@@ -20,7 +20,7 @@ import (
 // New is the public fasthttp server with the hardening of
 // server.*: timeouts that cut off slow clients, bounded headers and
 // connections, no request bodies (every route is a GET), and requests it
-// cannot read answered with envelopes. Serve it on p.Listener(ln,
+// cannot read answered with envelopes. Serve it on Guard(ln,
 // PublicListener(cfg)): its write buffer is sized for tcpio.Conn, or
 // fasthttp's default with server.plain_conns.
 //
@@ -69,7 +69,7 @@ func New(cfg config.Server, h fasthttp.RequestHandler, unreadable func(*fasthttp
 // (JSON, sampled, a client's malformed request at debug level only) and
 // its parse errors do not quote the request, which on this port may carry
 // the purge token. A request it cannot read gets an envelope. Serve it on
-// p.Listener(ln, AdminListener(cfg)).
+// Guard(ln, AdminListener(cfg), ...).
 func NewAdmin(cfg config.Config, h fasthttp.RequestHandler, unreadable func(*fasthttp.RequestCtx, error), log fasthttp.Logger) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:        h,
