@@ -126,8 +126,9 @@ SOAK_FLAGS ?=
 soak: build
 	$(GO) run ./bench/soak -duration $(SOAK_DURATION) $(SOAK_FLAGS)
 	# The chain model (proxy/model_test.go) for 600 steps rather than make
-	# test's 60: reorgs, purges, a fleet that grows, a lagging and a failing
-	# account, tracing and a binding budget, against an oracle (~2 min).
+	# test's 60: reorgs, purges, a fleet that grows (each node with a disk
+	# tier), a lagging and a failing account, tracing and a binding
+	# budget, against an oracle (~2 min).
 	MODEL_STEPS=$(MODEL_STEPS) $(GO) test -count=1 -timeout 15m -run '^TestChainModel$$' -v ./proxy
 
 clean:

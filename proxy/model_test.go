@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"explorer-edge/config"
@@ -167,6 +168,7 @@ func (m *chainModel) startMirror(base func() *harness) string {
 
 func (m *chainModel) startNode() {
 	e := &fleetEdge{harness: m.h.sibling()}
+	e.cfg.Cache.DiskPath = m.t.TempDir() // the disk tier too: memory, disk, Redis, upstream
 	e.shared = e.startNode(NodeOptions{Options: node.Options{Tracer: m.tp}}).Fleet()
 	m.nodes = append(m.nodes, &modelNode{e: e, live: true})
 }
@@ -372,6 +374,31 @@ func (m *chainModel) run(steps int) {
 	if float64(m.edgeCalls.Load()) > bound {
 		m.violate("%d upstream calls in %.1f s: over rate x time + burst of both accounts (%.0f)", m.edgeCalls.Load(), elapsed, bound)
 	}
+	var onDisk float64
+	for _, n := range m.nodes {
+		onDisk += metricValue(m.t, n.e.m.Registry, "explorer_edge_disk_writes_total")
+	}
+	m.t.Logf("%.0f answers written to the nodes' disk tiers", onDisk)
+	if onDisk == 0 {
+		m.t.Error("no answer reached a disk tier: the model did not exercise it")
+	}
+}
+
+// metricValue is the value of the unlabelled family name in reg.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			if c := f.GetMetric()[0].GetCounter(); c != nil {
+				return c.GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 // waitRefreshes waits until p has no background refresh under way.
