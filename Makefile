@@ -95,7 +95,7 @@ bench-browser: build
 # Every fuzz target for FUZZTIME each (the hardening runs used 10m).
 # Seed corpora live in testdata/fuzz/<target>/ beside each package.
 FUZZTIME ?= 60s
-FUZZ_TARGETS := proxy/route:FuzzParams proxy/admission:FuzzVerify proxy:FuzzUpstreamAnswer config:FuzzConfig signer:FuzzParseTimestamp
+FUZZ_TARGETS := proxy/route:FuzzParams proxy/admission:FuzzVerify proxy:FuzzUpstreamAnswer config:FuzzConfig signer:FuzzParseTimestamp cache/disk:FuzzDiskRecord
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t#*:}; \
@@ -107,7 +107,7 @@ fuzz:
 # count, unlike a duration, cannot race Go's fuzzing coordinator at its
 # deadline ("context deadline exceeded" with no input: go.dev/issue/75804),
 # and minimizing a new input is bounded by a count too.
-FUZZ_CI := proxy/route:FuzzParams:100000 proxy/admission:FuzzVerify:100000 proxy:FuzzUpstreamAnswer:15000 config:FuzzConfig:40000 signer:FuzzParseTimestamp:400000
+FUZZ_CI := proxy/route:FuzzParams:100000 proxy/admission:FuzzVerify:100000 proxy:FuzzUpstreamAnswer:15000 config:FuzzConfig:40000 signer:FuzzParseTimestamp:400000 cache/disk:FuzzDiskRecord:200000
 fuzz-ci:
 	@set -e; for t in $(FUZZ_CI); do \
 	  pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest#*:}; \

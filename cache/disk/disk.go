@@ -91,6 +91,11 @@ type Options struct {
 	// of disk when full (TestEviction); its length, sparse, runs up to
 	// 16 MB ahead (bbolt grows it in steps).
 	MaxBytes int64
+	// MaxBody bounds the identity size of an entry (upstream.
+	// max_response_bytes): a larger one is not written, and a record that
+	// claims one is corrupt (a request would allocate that much to
+	// inflate it). 0: 8 MiB, the configuration's default.
+	MaxBody int
 	// QueueLen is how many entries may wait for the writer; past it Put
 	// drops. 0: 1024.
 	QueueLen int
@@ -152,6 +157,7 @@ type Store struct {
 	db         *bbolt.DB
 	path       string
 	maxBytes   int64
+	maxBody    int
 	pageSize   int64
 	batchLen   int
 	batchDelay time.Duration
@@ -225,6 +231,7 @@ func Open(o Options) (*Store, error) {
 	s := &Store{
 		path:       filepath.Join(o.Dir, fileName),
 		maxBytes:   o.MaxBytes,
+		maxBody:    cmp(o.MaxBody, 8<<20),
 		limit:      o.MaxBytes,
 		batchLen:   cmp(o.BatchLen, 128),
 		batchDelay: cmp(o.BatchDelay, 5*time.Millisecond),
@@ -416,7 +423,7 @@ func (s *Store) get(key string, now int64) *cache.Entry {
 	if rec == nil {
 		return nil
 	}
-	e, err := decodeEntry(rec)
+	e, err := decodeEntry(rec, s.maxBody)
 	if err != nil || e.Key != key || e.Class != cache.Final {
 		s.corrupt.Add(1)
 		s.remove(key)

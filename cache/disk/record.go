@@ -2,10 +2,12 @@ package disk
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
+	"go.etcd.io/bbolt"
 
 	"explorer-edge/cache"
 )
@@ -147,16 +149,41 @@ func decodeHead(b []byte, e *cache.Entry, hashes []uint64) ([]byte, error) {
 	e.Tags.Hashes = hashes
 	rest = rest[8*n:]
 	key, rest, ok := field(rest)
-	if !ok {
+	if !ok || len(key) > maxKeyLen {
 		return nil, errCorrupt
 	}
 	e.Key = unsafe.String(unsafe.SliceData(key), len(key))
 	return rest, nil
 }
 
-// decodeEntry parses an entry record. rec is owned by the entry from then
-// on: its key, ETag and payload alias it.
-func decodeEntry(rec []byte) (*cache.Entry, error) {
+// Bounds on what a record claims. Whoever can write to the file can write
+// any record with a checksum that holds (xxhash is no secret): nothing
+// read from it is sized, allocated or served on its word alone, as
+// nothing read from Redis is (fleet/entry.go).
+const (
+	// maxKeyLen is the longest key written (txn.put: bbolt's bound on an
+	// index key, the stored time before it).
+	maxKeyLen = bbolt.MaxKeySize - 8
+	// gzipMaxRatio is the most deflate can expand: about 1032:1. A gzip
+	// payload claiming more than that of its own size lies.
+	gzipMaxRatio = 1032
+	// etagLen is the length of every ETag an entry is made with
+	// (cache.Entry.ComputeETag): a quote, 16 hex digits, a quote.
+	etagLen = 18
+)
+
+// decodeEntry parses an entry record, refusing any identity size above
+// maxBody (upstream.max_response_bytes: the edge never stored a larger
+// answer). rec is owned by the entry from then on: its key, ETag and
+// payload alias it.
+//
+// The identity size is what a request later allocates to inflate the
+// payload into (cache.Entry.Inflate), so it is checked against maxBody,
+// against what deflate can make of the payload and against the gzip's own
+// trailer (ISIZE) before it is believed; an identity body must be its
+// ETag's (the xxhash64 ComputeETag makes), a gzip's ETag at least of that
+// shape: the proxy checks the body it inflates (proxy/tier.go).
+func decodeEntry(rec []byte, maxBody int) (*cache.Entry, error) {
 	b, ok := checked(rec)
 	if !ok {
 		return nil, errCorrupt
@@ -175,27 +202,51 @@ func decodeEntry(rec []byte) (*cache.Entry, error) {
 	}
 	rest = rest[w:]
 	size, w := binary.Uvarint(rest)
-	if w <= 0 || size > 1<<40 {
+	if w <= 0 || size > uint64(max(maxBody, 0)) {
 		return nil, errCorrupt
 	}
 	rest = rest[w:]
 	etag, payload, ok := field(rest)
-	if !ok {
+	if !ok || !wellFormedETag(etag) {
 		return nil, errCorrupt
 	}
 	e.Status, e.Size, e.ETag = int(status), int(size), etag
 	if flags&flagGzip != 0 {
-		if len(payload) < 18 || payload[0] != 0x1f || payload[1] != 0x8b {
+		if len(payload) < 18 || payload[0] != 0x1f || payload[1] != 0x8b ||
+			size > uint64(len(payload))*gzipMaxRatio ||
+			binary.LittleEndian.Uint32(payload[len(payload)-4:]) != uint32(size) {
 			return nil, errCorrupt
 		}
 		e.Gzip = payload
 	} else {
-		if len(payload) != e.Size {
+		if len(payload) != e.Size || !etagOf(etag, payload) {
 			return nil, errCorrupt
 		}
 		e.Body = payload
 	}
 	return e, nil
+}
+
+// wellFormedETag says whether etag is of the shape ComputeETag makes.
+func wellFormedETag(etag []byte) bool {
+	if len(etag) != etagLen || etag[0] != '"' || etag[etagLen-1] != '"' {
+		return false
+	}
+	for _, c := range etag[1 : etagLen-1] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// etagOf says whether etag (well formed) is body's ETag.
+func etagOf(etag, body []byte) bool {
+	var sum [8]byte
+	binary.BigEndian.PutUint64(sum[:], xxhash.Sum64(body))
+	var want [16]byte
+	hex.Encode(want[:], sum[:])
+	return string(etag[1:etagLen-1]) == string(want[:])
 }
 
 // decodeIndex parses an index record into e (reused: its key aliases rec,

@@ -244,7 +244,7 @@ func (w *txn) put(e *cache.Entry) error {
 	if !e.UsableOnError(w.now) {
 		return nil
 	}
-	if len(e.Key) == 0 || len(e.Key) > bbolt.MaxKeySize-8 {
+	if len(e.Key) == 0 || len(e.Key) > maxKeyLen || e.Size > w.s.maxBody || !wellFormedETag(e.ETag) {
 		w.drops++
 		return nil
 	}
@@ -337,7 +337,7 @@ func (w *txn) recheck(key string) {
 	if rec == nil {
 		return
 	}
-	e, err := decodeEntry(rec)
+	e, err := decodeEntry(rec, w.s.maxBody)
 	switch {
 	case err != nil || e.Key != key || e.Class != cache.Final:
 		w.removeKey(k)

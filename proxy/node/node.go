@@ -230,7 +230,7 @@ func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, e
 			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries,
 			Resident: d.Resident()}
 	})
-	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, Logger: n.log,
+	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, MaxBody: cfg.Upstream.MaxResponseBytes, Logger: n.log,
 		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","), Now: now,
 		// What waits for the writer may have left memory: a sixteenth of
 		// it at most (docs/disk.md, Memory).
