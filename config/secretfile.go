@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -110,7 +111,9 @@ func ReadSecretFile(path string) (string, error) {
 }
 
 // readBounded reads a secret's file that is a regular file of at most
-// maxSecretFile bytes, and refuses anything else at once. A path pointed
+// maxSecretFile bytes, and refuses anything else at once, files of the
+// kernel's pseudo-filesystems included: /proc/self/environ is a regular
+// file, and holds every secret the environment gave the process. A path pointed
 // at /dev/zero (a symlink swapped under a running edge) was read until
 // memory ran out, and a FIFO blocked the reload loop for ever (SIGTERM
 // then unanswered): it is opened without blocking, which only a FIFO or a
@@ -128,6 +131,12 @@ func readBounded(path string) ([]byte, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file (%s)", path, kind(fi.Mode()))
+	}
+	if fs := pseudoFS(f); fs != "" {
+		return nil, fmt.Errorf("%s is a file of %s, the kernel's view of a process or device, not a secret's file", path, fs)
+	}
+	if dir := kernelPath(path); dir != "" {
+		return nil, fmt.Errorf("%s is under %s, the kernel's files, not a secret's file", path, dir)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
 	if err != nil {
@@ -154,4 +163,30 @@ func kind(m os.FileMode) string {
 		return "a socket"
 	}
 	return m.Type().String()
+}
+
+// kernelDirs are the directories of the kernel's own files: /proc and
+// /sys, and /dev, whose regular files (/dev/shm) are no place for a
+// secret either.
+var kernelDirs = []string{"/proc", "/sys", "/dev"}
+
+// kernelPath is the directory of kernelDirs path is under, as written or
+// once its symlinks are resolved, or "".
+func kernelPath(path string) string {
+	paths := []string{path}
+	if abs, err := filepath.Abs(path); err == nil {
+		paths = append(paths, abs)
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		p = filepath.Clean(p)
+		for _, d := range kernelDirs {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				return d
+			}
+		}
+	}
+	return ""
 }

@@ -97,3 +97,52 @@ func TestSecretFilesThatAreNotFiles(t *testing.T) {
 		t.Fatalf("token through a symlink: %q, %v", tok, err)
 	}
 }
+
+// TestSecretFilesOfTheKernel: /proc/self/environ is a regular file, and
+// holds every secret the environment gave the process; no *_file key
+// reads it, or any file of /proc, /sys or /dev, directly or through a
+// symlink. The error names the key.
+func TestSecretFilesOfTheKernel(t *testing.T) {
+	dir := t.TempDir()
+	bad := map[string]string{"/proc/self/environ": "/proc/self/environ", "/proc/self/cmdline": "/proc/self/cmdline"}
+	link := filepath.Join(dir, "environ")
+	if err := os.Symlink("/proc/self/environ", link); err != nil {
+		t.Fatal(err)
+	}
+	bad["a symlink to /proc/self/environ"] = link
+	for _, p := range []string{"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/power/state", "/sys/kernel/profiling"} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			bad[p] = p
+			break
+		}
+	}
+	if f, err := os.CreateTemp("/dev/shm", "secret"); err == nil {
+		f.WriteString("a-secret-in-dev-shm")
+		f.Close()
+		t.Cleanup(func() { os.Remove(f.Name()) })
+		bad["a file of /dev/shm"] = f.Name()
+	}
+	keys := []struct{ key, yaml string }{
+		{"upstream.secret_key_file", "upstream: {api_key: k, passphrase: p, secret_key_file: %q}\n"},
+		{"auth.clients[0].api_key_file", credentials + "auth: {mode: signed, clients: [{name: web, secret_key: s0000000000000000000000000000000, passphrase: p, api_key_file: %q}]}\n"},
+		{"admin.purge_token_file", credentials + "admin: {purge_token_file: %q}\n"},
+	}
+	for _, k := range keys {
+		for name, path := range bad {
+			t.Run(k.key+"/"+name, func(t *testing.T) {
+				_, err := Check(writeConfig(t, strings.Replace(k.yaml, "%q", `"`+path+`"`, 1)))
+				if err == nil {
+					t.Fatalf("%s = %s accepted", k.key, name)
+				}
+				if !strings.Contains(err.Error(), k.key+": ") || !strings.Contains(err.Error(), "not a secret's file") {
+					t.Fatalf("the error does not name %s and why:\n%v", k.key, err)
+				}
+			})
+		}
+	}
+	for name, path := range bad {
+		if _, err := ReadSecretFile(path); err == nil || !strings.Contains(err.Error(), "not a secret's file") {
+			t.Errorf("ReadSecretFile(%s): %v", name, err)
+		}
+	}
+}
