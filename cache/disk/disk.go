@@ -82,7 +82,7 @@ import (
 // Options configure a Store. Zero values are defaults where one is given.
 type Options struct {
 	// Dir is the directory the store's file (disk.db) lives in. It must
-	// exist and be writable.
+	// exist, be writable, and be the edge's own (CheckDir).
 	Dir string
 	// MaxBytes bounds what the entries take in the file (Stats.Bytes: each
 	// record's bytes with bbolt's element header, a large value rounded up
@@ -109,7 +109,9 @@ type Options struct {
 	// BatchDelay is the longest an entry waits for its batch to fill; 0: 5ms.
 	BatchDelay time.Duration
 	// RetryAfter is how long writes stop after a failed commit (disk full,
-	// read-only file system) before one is tried again; 0: one minute.
+	// read-only file system) before one is tried again; 0: one minute. A
+	// Delete that could not commit is tried again sooner: every
+	// min(RetryAfter, 5s).
 	RetryAfter time.Duration
 	// TagSpace says what the numbers in entries' Tags mean: the route
 	// table and the configured chains (purge.Of numbers them by their
@@ -192,8 +194,16 @@ type Store struct {
 	// MaxBytes, or shared and full).
 	limit int64
 	// pending are the matches of Deletes whose commit failed: Get hides
-	// what they select until a commit removes it.
-	pending atomic.Pointer[[]func(*cache.Entry) bool]
+	// what they select until a commit removes it; the writer tries one
+	// (retryPurges) every purgeRetry until one does.
+	pending    atomic.Pointer[[]func(*cache.Entry) bool]
+	retry      chan struct{} // a Delete failed: the writer starts trying again
+	track      chan struct{} // Track was called: the writer writes the heights
+	purgeRetry time.Duration
+	// marks is the purges mark, held open (files.go).
+	marks *os.File
+	// finals are the finalized heights kept in the file (Finals, Track).
+	finals finals
 	// broken: the file's structure is corrupt; nothing is read or written.
 	broken atomic.Bool
 
@@ -205,11 +215,10 @@ type Store struct {
 const (
 	fileName   = "disk.db"
 	brokenMark = "disk.db.corrupt" // left by a store that found its file corrupt
-	// unpurgedMark is left by a Delete that could not commit: the file
-	// holds entries a purge selected, which only this process knows to
-	// hide. The commit that removes them removes it; the next Open that
-	// finds it starts an empty file.
-	unpurgedMark = "disk.db.unpurged"
+	// legacyUnpurgedMark was left by an older build's Delete that could
+	// not commit (now the purges mark, files.go): an Open that finds it
+	// starts an empty file still.
+	legacyUnpurgedMark = "disk.db.unpurged"
 )
 
 var (
@@ -225,7 +234,7 @@ func Open(o Options) (*Store, error) {
 	if o.MaxBytes <= 0 {
 		return nil, fmt.Errorf("disk cache: max bytes must be > 0, got %d", o.MaxBytes)
 	}
-	if err := writableDir(o.Dir); err != nil {
+	if err := CheckDir(o.Dir); err != nil {
 		return nil, err
 	}
 	s := &Store{
@@ -244,6 +253,8 @@ func Open(o Options) (*Store, error) {
 		queue:      make(chan *cache.Entry, cmp(o.QueueLen, 1024)),
 		queueBytes: o.QueueBytes,
 		bad:        make(chan string, 64),
+		retry:      make(chan struct{}, 1),
+		track:      make(chan struct{}, 1),
 		flushes:    make(chan chan struct{}),
 		quit:       make(chan struct{}),
 		done:       make(chan struct{}),
@@ -257,22 +268,15 @@ func Open(o Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	mark := filepath.Join(o.Dir, brokenMark)
-	if _, err := os.Stat(mark); err == nil {
-		s.log.Warn("disk cache: the file was found corrupt; starting empty", "path", s.path)
-		os.Remove(s.path)
-		os.Remove(mark)
-	}
-	if _, err := os.Stat(filepath.Join(o.Dir, unpurgedMark)); err == nil {
-		s.log.Warn("disk cache: a purge could not be written to the file; starting empty", "path", s.path)
-		os.Remove(s.path)
-		os.Remove(filepath.Join(o.Dir, unpurgedMark))
+	s.purgeRetry = min(s.retryAfter, 5*time.Second)
+	if err := s.openMarks(o.Dir); err != nil {
+		return nil, err
 	}
 	err := s.openFile()
 	if isCorrupt(err) {
 		s.log.Warn("disk cache: the file is corrupt; starting empty", "path", s.path, "err", err)
-		os.Remove(mark)
-		if err := os.Remove(s.path); err != nil {
+		if err := removeFile(s.path); err != nil {
+			s.marks.Close()
 			return nil, fmt.Errorf("disk cache: %w", err)
 		}
 		s.failing, s.limit = false, s.maxBytes
@@ -281,6 +285,7 @@ func Open(o Options) (*Store, error) {
 		err = s.openFile()
 	}
 	if err != nil {
+		s.marks.Close()
 		return nil, fmt.Errorf("disk cache: open %s: %w", s.path, err)
 	}
 	s.started = true
@@ -293,27 +298,6 @@ func cmp[T int | time.Duration](v, def T) T {
 		return v
 	}
 	return def
-}
-
-// writableDir checks that dir is a directory a file can be created in: the
-// error says so at start rather than at the first write.
-func writableDir(dir string) error {
-	if dir == "" {
-		return errors.New("disk cache: no directory given")
-	}
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("disk cache: %s is not a writable directory: %w", dir, err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("disk cache: %s is not a writable directory: not a directory", dir)
-	}
-	f, err := os.CreateTemp(dir, ".probe-*")
-	if err != nil {
-		return fmt.Errorf("disk cache: %s is not a writable directory: %w", dir, err)
-	}
-	f.Close()
-	return os.Remove(f.Name())
 }
 
 // errPanicked stands for a panic of bbolt reading a corrupt file.
@@ -349,6 +333,9 @@ func (s *Store) open() (db *bbolt.DB, err error) {
 		}
 	}()
 	db, err = bbolt.Open(s.path, 0o600, &bbolt.Options{
+		// Never through a symlink planted in the directory, never
+		// anything but a regular file (files.go).
+		OpenFile: openNoFollow,
 		// Another process holding the file is an error, not a wait.
 		Timeout: time.Second,
 		// The free list is written at every commit rather than rebuilt
@@ -483,7 +470,7 @@ func (s *Store) stop(err error) {
 		return
 	}
 	s.log.Error("disk cache: file corrupt; the disk tier is off until restart", "path", s.path, "err", err)
-	if f, err := os.Create(filepath.Join(filepath.Dir(s.path), brokenMark)); err == nil {
+	if f, err := openNoFollow(filepath.Join(filepath.Dir(s.path), brokenMark), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err == nil {
 		f.Close()
 	}
 }
@@ -543,51 +530,63 @@ func (s *Store) Flush() {
 // Delete reads the index record of every entry (its key and about 100
 // bytes, no body), with the writer waiting: 6-7 ms for 20,000 entries
 // (BenchmarkDelete). A soft purge removes too: an entry on disk has no
-// stale copy, and a miss costs one fetch. If the commit fails (disk
-// full), the entries stay in the file but Get no longer returns them, the
-// next commit that succeeds removes them, and until it does a mark beside
-// the file (disk.db.unpurged) makes the next Open start empty: a restart
-// never serves what a purge selected.
-func (s *Store) Delete(match func(*cache.Entry) bool) int {
+// stale copy, and a miss costs one fetch.
+//
+// If the commit fails (disk full, read-only, an immutable file), the error
+// says so and n is what match selects: the entries stay in the file, but
+// Get no longer returns them, the writer tries the removal again every
+// min(RetryAfter, 5s) until a commit succeeds, and until one does the
+// purges mark (files.go) makes the next Open start empty: a restart never
+// serves what a purge selected. The error says too when the mark could
+// not be written either (a volume remounted read-only): then only this
+// process knows.
+func (s *Store) Delete(match func(*cache.Entry) bool) (int, error) {
 	s.Flush()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if s.broken.Load() || s.closed.Load() {
-		return 0
+	if s.closed.Load() {
+		return 0, errors.New("disk cache: closed")
+	}
+	if s.broken.Load() {
+		return 0, nil // nothing is read from a broken file, and the next Open starts empty
 	}
 	var n int
 	err := s.commit(func(w *txn) error {
 		n = w.deleteMatching(match)
 		return nil
 	})
-	if err != nil {
-		p := s.pending.Load()
-		var list []func(*cache.Entry) bool
-		if p != nil {
-			list = append(list, *p...)
-		}
-		list = append(list, match)
-		s.pending.Store(&list)
-		n = s.matching(match)
-		s.markUnpurged(true)
+	if err == nil {
+		return n, nil
 	}
-	return n
+	p := s.pending.Load()
+	var list []func(*cache.Entry) bool
+	if p != nil {
+		list = append(list, *p...)
+	}
+	list = append(list, match)
+	s.pending.Store(&list)
+	n = s.matching(match)
+	select {
+	case s.retry <- struct{}{}:
+	default:
+	}
+	if merr := s.markUnpurged(true); merr != nil {
+		s.log.Error("disk cache: a purge is not in the file and cannot be marked; a restart would serve what it selects unless the file is removed first",
+			"path", s.path, "err", err, "mark_err", merr)
+		return n, fmt.Errorf("disk cache: purge not written (%v) and not marked (%v): hidden in this process only, retried; remove %s before a restart", err, merr, s.path)
+	}
+	return n, fmt.Errorf("disk cache: purge not written (%v): hidden, retried, and a restart starts the file empty until it is written", err)
 }
 
-// markUnpurged leaves the mark of a Delete not yet in the file (on), or
-// takes it away once a commit removed what it selects.
-func (s *Store) markUnpurged(on bool) {
-	mark := filepath.Join(filepath.Dir(s.path), unpurgedMark)
-	if !on {
-		os.Remove(mark)
-		return
+// retryPurges commits what failed Deletes select, if any still wait; it
+// reports whether some still do (the commit failed again).
+func (s *Store) retryPurges() bool {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.pending.Load() == nil || s.broken.Load() || s.closed.Load() {
+		return false
 	}
-	f, err := os.Create(mark)
-	if err != nil {
-		s.log.Error("disk cache: a purge is not in the file and cannot be marked; remove the file before a restart", "path", s.path, "err", err)
-		return
-	}
-	f.Close()
+	return s.commit(func(*txn) error { return nil }) != nil
 }
 
 // matching counts the entries match selects, for a Delete that could not
@@ -615,9 +614,14 @@ func (s *Store) Close() error {
 	s.once.Do(func() {
 		close(s.quit)
 		<-s.done
+		if s.retryPurges() {
+			s.log.Error("disk cache: closing with a purge not in the file; the next start begins empty if the mark was written",
+				"path", s.path)
+		}
 		s.wmu.Lock()
 		s.closed.Store(true)
 		err = s.db.Close()
+		s.marks.Close()
 		s.wmu.Unlock()
 	})
 	return err

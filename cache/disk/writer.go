@@ -22,6 +22,14 @@ func (s *Store) run() {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	armed := false
+	// retryT tries failed Deletes again (retryPurges) until one commits.
+	retryT := time.NewTimer(time.Hour)
+	retryT.Stop()
+	defer retryT.Stop()
+	// finalsT writes tracked finalized heights that rose with no entry
+	// written meanwhile.
+	finalsT := time.NewTicker(finalsEvery)
+	defer finalsT.Stop()
 	commit := func() {
 		if armed {
 			t.Stop()
@@ -49,6 +57,18 @@ func (s *Store) run() {
 		case k := <-s.bad:
 			bad = append(bad, k)
 			arm()
+		case <-s.retry:
+			retryT.Reset(s.purgeRetry)
+		case <-retryT.C:
+			if s.retryPurges() {
+				retryT.Reset(s.purgeRetry)
+			}
+		case <-s.track:
+			arm()
+		case <-finalsT.C:
+			if !armed && s.finals.changed() {
+				arm()
+			}
 		case <-t.C:
 			armed = false
 			commit()
@@ -83,6 +103,13 @@ func (s *Store) drain(batch []*cache.Entry, bad []string) ([]*cache.Entry, []str
 // are dropped until RetryAfter has passed.
 func (s *Store) write(batch []*cache.Entry, bad []string) {
 	if len(batch) == 0 && len(bad) == 0 {
+		if s.finals.changed() {
+			s.wmu.Lock()
+			if !s.broken.Load() && !s.failing {
+				s.commit(func(*txn) error { return nil })
+			}
+			s.wmu.Unlock()
+		}
 		return
 	}
 	defer func(all []*cache.Entry) { // written or dropped: out of the queue's bytes
@@ -189,6 +216,9 @@ func (s *Store) update(fn func(w *txn) error) error {
 				w.count()
 			}
 			w.evict()
+			if err := w.saveFinals(); err != nil {
+				return err
+			}
 			return w.saveTotals()
 		})
 	})
@@ -199,6 +229,7 @@ func (s *Store) update(fn func(w *txn) error) error {
 		s.pending.Store(nil) // only Delete adds to it, under wmu
 		s.markUnpurged(false)
 	}
+	s.finals.committed(w.finals)
 	s.bytes.Store(w.bytes)
 	s.entries.Store(w.entries)
 	s.writes.Add(w.writes)
@@ -223,6 +254,7 @@ type txn struct {
 
 	okey    []byte
 	scratch cache.Entry
+	finals  map[string]int64 // heights written (saveFinals)
 }
 
 // cost is what a record of k key bytes and v value bytes takes in the
@@ -447,6 +479,7 @@ func (s *Store) load() error {
 	ok := false
 	err := s.guard(func() error {
 		return s.db.View(func(tx *bbolt.Tx) error {
+			s.finals.kept = loadFinals(tx)
 			b := tx.Bucket(bucketMeta).Get(keyTotals)
 			if len(b) == 24 && xxhash.Sum64(b[:16]) == binary.BigEndian.Uint64(b[16:]) {
 				s.bytes.Store(int64(binary.BigEndian.Uint64(b)))

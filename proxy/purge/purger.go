@@ -116,12 +116,24 @@ func (p *Purger) Memory(sel *Selector, now time.Time) int {
 // an entry on disk has no stale copy). sel must be in the log already:
 // entries being admitted meanwhile are judged by it or were queued before
 // the Delete (Purger.written). 0 without a disk tier.
-func (p *Purger) Disk(sel *Selector) int {
+//
+// The error says the purge could not be written to the file (a full or
+// read-only volume, an immutable file): the count is then what it
+// selects, hidden in this process and retried by the store, and the next
+// start begins with an empty file unless even its mark could not be
+// written (the error says which). It is logged here, at ERROR, and put in
+// the purge's answer (Result.DiskError) by PurgeAt.
+func (p *Purger) Disk(sel *Selector) (int, error) {
 	if p.disk == nil {
-		return 0
+		return 0, nil
 	}
 	p.barrier()
-	return p.disk.Delete(sel.match)
+	n, err := p.disk.Delete(sel.match)
+	if err != nil {
+		p.logger.Error("purge did not reach the disk tier", "selector", sel.kind.String(), "value", sel.Describe(),
+			"selected", n, "err", err)
+	}
+	return n, err
 }
 
 // barrier waits for every Admit under way to have stored its answer: those
@@ -148,7 +160,10 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	p.barrier()
 	res := Result{Selector: sel.kind.String(), Mode: sel.Mode()}
 	res.Memory = p.Memory(sel, now)
-	res.Disk = p.Disk(sel)
+	var derr error
+	if res.Disk, derr = p.Disk(sel); derr != nil {
+		res.DiskError = derr.Error()
+	}
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	if p.fleet == nil {
 		return res, nil
@@ -274,7 +289,7 @@ func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
 	}
 	p.barrier()
 	n := p.Memory(sel, now)
-	d := p.Disk(sel)
+	d, _ := p.Disk(sel) // an error is logged there
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	p.logger.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.Describe(), "mode", sel.Mode(),
 		"memory", n, "disk", d, "lag", now.Sub(time.Unix(0, at)).String())
@@ -287,7 +302,10 @@ func (p *Purger) purgesLost() {
 	n := p.cache.Purge(all, false, p.o.Clock())
 	d := 0
 	if p.disk != nil {
-		d = p.disk.Delete(all)
+		var err error
+		if d, err = p.disk.Delete(all); err != nil {
+			p.logger.Error("missed purges of the fleet: the disk tier could not be emptied", "selected", d, "err", err)
+		}
 	}
 	p.logger.Warn("missed purges of the fleet; dropped the memory cache and the disk tier", "entries", n, "disk", d)
 }

@@ -334,6 +334,11 @@ type Result struct {
 	Mode     string `json:"mode"`
 	Memory   int    `json:"memory"` // entries of this node's cache
 	Disk     int    `json:"disk"`   // entries of this node's disk tier (cache.disk_path), removed before the answer
+	// DiskError says the purge could not be written to the disk tier's
+	// file (Purger.Disk): Disk is then what it selects there, hidden by
+	// this process and retried; the text says whether the next start
+	// begins with an empty file.
+	DiskError string `json:"disk_error,omitempty"`
 	// Redis counts the shared tier's entries found by key (those of a url,
 	// a hash's own entry): deleted (hard) or there to be read as stale
 	// (soft). Entries found by tags are judged as each node reads them.
