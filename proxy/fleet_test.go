@@ -585,8 +585,10 @@ func TestFleetLockBounds(t *testing.T) {
 	} else {
 		unlock()
 	}
-	if took := time.Since(start); took < cfg.Shared.LockWait || took > cfg.Shared.LockWait+cfg.Shared.Timeout {
-		t.Errorf("waiting for a busy holder took %s, want lock_wait (%s) plus at most one round trip", took, cfg.Shared.LockWait)
+	// At least lock_wait (it waited); the upper bound only tells "gave up"
+	// from "waited for ever", so it is generous for a busy machine.
+	if took := time.Since(start); took < cfg.Shared.LockWait || took > cfg.Shared.LockWait+30*time.Second {
+		t.Errorf("waiting for a busy holder took %s, want lock_wait (%s), then give up", took, cfg.Shared.LockWait)
 	}
 	if n := testutil.ToFloat64(bm.SharedLockWait.WithLabelValues("timeout")); n != 1 {
 		t.Errorf("shared_lock_waits_total{outcome=timeout} = %v, want 1", n)
@@ -609,7 +611,7 @@ func TestFleetLockBounds(t *testing.T) {
 	// A holder that dies never unlocks: its lock expires after lock_ttl and
 	// a node that waits longer than that takes over.
 	patient := cfg
-	patient.Shared.LockWait = 3 * time.Second
+	patient.Shared.LockWait = time.Minute // never reached unless the takeover is broken
 	c, _ := node(patient)
 	a.Lock("k2", clk.Now)
 	start = time.Now()
@@ -630,8 +632,10 @@ func TestFleetLockBounds(t *testing.T) {
 	start = time.Now()
 	unlock, e := b.Lock("k3", clk.Now)
 	unlock()
-	if e != nil || time.Since(start) > 50*time.Millisecond {
-		t.Fatalf("Lock without Redis took %s", time.Since(start))
+	// Waiting would take lock_wait at least (the busy holder above did):
+	// the bound tells "did not wait" from "waited", not a speed.
+	if took := time.Since(start); e != nil || took >= cfg.Shared.LockWait {
+		t.Fatalf("Lock without Redis took %s, lock_wait is %s: it waited", took, cfg.Shared.LockWait)
 	}
 }
 

@@ -67,7 +67,7 @@ func (b *bigUpstream) wrap(next http.Handler) http.Handler {
 }
 
 // waitArrived returns once a held call reached the upstream.
-func (b *bigUpstream) waitArrived(t *testing.T) {
+func (b *bigUpstream) waitArrived(t testing.TB) {
 	t.Helper()
 	select {
 	case <-b.arrived:
@@ -137,7 +137,7 @@ func p99(d []time.Duration) time.Duration {
 // 8 MiB, upstream.max_response_bytes 1 MiB), transaction-list answers of
 // 900 KB (one fetch at a time), block-list answers of a few KB from
 // explorer-sim after 50 ms, and transaction-list's weight learned.
-func gateHarness(t *testing.T, budgetWait time.Duration) (*harness, *bigUpstream) {
+func gateHarness(t testing.TB, budgetWait time.Duration) (*harness, *bigUpstream) {
 	big := newBigUpstream(900_000)
 	h := newHarnessWrapped(t, big.wrap, func(c *config.Config, _ *sim.Config) {
 		c.Cache.MaxBytes = 8 << 20
@@ -156,20 +156,16 @@ func gateHarness(t *testing.T, budgetWait time.Duration) (*harness, *bigUpstream
 
 // TestGateSmallMissNotBehindLarge: while a route of
 // 900 KB answers fills the bytes in flight and more of its misses queue,
-// a miss of another route's small answers takes as long as it does alone
-// (p99 within 2x). It waited in the same queue, behind every large miss:
-// 7.75 s behind a dozen 7.5 MB ones, here until the test lets them go.
+// every miss of another route's small answers is answered while the large
+// ones are still held at the upstream: none waits behind them. It waited
+// in the same queue, behind every large miss: 7.75 s behind a dozen
+// 7.5 MB ones, here until the test lets them go. The proof is the order
+// (answered before the large misses are let go), not a latency: the bound
+// below only ends a run that would otherwise wait for ever. How long a
+// small miss takes beside large ones is BenchmarkGateSmallBesideLarge's.
 func TestGateSmallMissNotBehindLarge(t *testing.T) {
 	h, big := gateHarness(t, time.Minute) // the large misses stay queued
 	const n = 20
-	var base, loaded []time.Duration
-	for i := range n {
-		r, took, err := timedGet(h, smallTarget(1+i), 10*time.Second)
-		if err != nil || r.status != 200 {
-			t.Fatalf("baseline small miss: %v %d %.200s", err, r.status, r.body)
-		}
-		base = append(base, took)
-	}
 
 	big.hold.Store(true)
 	const large = 4 // one fetching, three queued
@@ -196,20 +192,17 @@ func TestGateSmallMissNotBehindLarge(t *testing.T) {
 		runtime.Gosched()
 	}
 
-	limit := max(2*time.Second, 10*p99(base))
 	for i := range n {
-		r, took, err := timedGet(h, smallTarget(100+i), limit)
+		r, _, err := timedGet(h, smallTarget(100+i), time.Minute)
 		if err != nil {
-			t.Fatalf("a small miss had no answer in %s behind the large ones (baseline p99 %s): %v", limit, p99(base), err)
+			t.Fatalf("small miss %d had no answer while the large ones were held: %v", i, err)
 		}
 		if r.status != 200 {
 			t.Fatalf("small miss: %d %.200s", r.status, r.body)
 		}
-		loaded = append(loaded, took)
-	}
-	t.Logf("small miss p99: %s alone, %s beside the large misses", p99(base), p99(loaded))
-	if p99(loaded) > 2*p99(base) {
-		t.Fatalf("small miss p99 %s beside the large misses, %s alone: more than 2x", p99(loaded), p99(base))
+		if len(statuses) > 0 || fillWaiters() < large-1 {
+			t.Fatalf("the large misses moved while the small ones were asked (%d answered, %d queued): the test proves nothing", len(statuses), fillWaiters())
+		}
 	}
 
 	big.closeGate()
@@ -219,6 +212,48 @@ func TestGateSmallMissNotBehindLarge(t *testing.T) {
 		if s != 200 {
 			t.Fatalf("a large miss answered %d once let go", s)
 		}
+	}
+}
+
+// BenchmarkGateSmallBesideLarge measures what TestGateSmallMissNotBehindLarge
+// proves by order: a small miss's time alone, and beside four large misses
+// held at the upstream (one fetching, three queued for room). Reported as
+// p50 and p99 per sub-benchmark; compare the two in one run:
+//
+//	go test -run '^$' -bench BenchmarkGateSmallBesideLarge -count 5 ./proxy
+func BenchmarkGateSmallBesideLarge(b *testing.B) {
+	for _, beside := range []bool{false, true} {
+		name := "alone"
+		if beside {
+			name = "beside-large"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			h, big := gateHarness(b, time.Minute)
+			if beside {
+				big.hold.Store(true)
+				var wg sync.WaitGroup
+				defer wg.Wait()
+				defer big.closeGate()
+				for i := range 4 {
+					wg.Go(func() { timedGet(h, bigTarget(1+i), time.Minute) })
+				}
+				big.waitArrived(b)
+			}
+			took := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				r, d, err := timedGet(h, smallTarget(1+i%2000), time.Minute)
+				if err != nil || r.status != 200 {
+					b.Fatalf("small miss: %v %d", err, r.status)
+				}
+				took = append(took, d)
+			}
+			b.StopTimer()
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds()), "p50-us")
+			b.ReportMetric(float64(p99(took).Microseconds()), "p99-us")
+		})
 	}
 }
 
