@@ -1,10 +1,14 @@
 package sim
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // maxListed bounds the n of /sim/hashes and of the hash-list methods.
@@ -43,6 +47,22 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /sim/faults", func(w http.ResponseWriter, r *http.Request) {
 		s.ClearFaults()
 		writeValue(w, http.StatusOK, s.Faults())
+	})
+	mux.HandleFunc("GET /sim/profile", func(w http.ResponseWriter, r *http.Request) {
+		writeValue(w, http.StatusOK, s.profileView())
+	})
+	mux.HandleFunc("POST /sim/profile", func(w http.ResponseWriter, r *http.Request) {
+		p, err := readProfile(r)
+		if err != nil {
+			writeValue(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		s.SetProfile(p)
+		writeValue(w, http.StatusOK, s.profileView())
+	})
+	mux.HandleFunc("DELETE /sim/profile", func(w http.ResponseWriter, r *http.Request) {
+		s.SetProfile(MustProfile(DefaultProfile))
+		writeValue(w, http.StatusOK, s.profileView())
 	})
 	mux.HandleFunc("GET /sim/hashes", s.serveHashes)
 	return mux
@@ -210,4 +230,41 @@ func (s *Server) FinalizedHeight(chain string) int64 {
 		return -1
 	}
 	return s.finalized(c)
+}
+
+// profileJSON is what /sim/profile answers.
+type profileJSON struct {
+	Profile string   `json:"profile"` // the reading of every point (Profile.String)
+	Default string   `json:"default"` // DefaultProfile
+	Since   string   `json:"since"`   // chain time the profile was set (RFC 3339)
+	Names   []string `json:"names"`   // every name ParseProfile accepts
+}
+
+func (s *Server) profileView() profileJSON {
+	ps := s.profileNow()
+	return profileJSON{ps.Profile.String(), DefaultProfile, ps.since.UTC().Format(time.RFC3339Nano), ProfileNames()}
+}
+
+// readProfile reads the body of POST /sim/profile, {"profile":"<names>"}.
+func readProfile(r *http.Request) (Profile, error) {
+	var req struct {
+		Profile *string `json:"profile"`
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&req)
+	}
+	if err == nil && req.Profile == nil {
+		err = errors.New("missing")
+	}
+	if err != nil {
+		return Profile{}, fmt.Errorf(`profile: %w; the body is {"profile":"<names, comma-separated>"}`, err)
+	}
+	p, err := ParseProfile(*req.Profile)
+	if err != nil {
+		return Profile{}, fmt.Errorf("profile: %w", err)
+	}
+	return p, nil
 }

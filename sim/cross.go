@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -184,4 +185,29 @@ func (c *chain) crossLegs(r *rng, tk *token, source string, batch bool) []crossL
 		}
 	}
 	return legs
+}
+
+// crossRecords returns the records of a cross-chain hash as the profile in
+// force reads them (profile.go): under cross-id-other the hash asked is in
+// tzTxHash and id is the hash tzTxHash had (a hash that opens nothing);
+// under update-moves updateTime is the chain time of the answer until
+// UpdateMoveFor after the profile was set, then that end, fixed.
+func (s *Server) crossRecords(c *chain, hash string, a ask) []crossTx {
+	out := c.crossRecords(hash, s.cfg.BlockInterval)
+	for i := range out {
+		x := &out[i]
+		if a.CrossIDOther {
+			x.ID, x.TzTxHash = x.TzTxHash, x.ID
+		}
+		if a.UpdateMoves {
+			moved := a.since.Add(UpdateMoveFor)
+			if a.now.Before(moved) {
+				moved = a.now
+			}
+			if old, _ := strconv.ParseInt(x.UpdateTime, 10, 64); moved.UnixMilli() > old {
+				x.UpdateTime = itoa(moved.UnixMilli())
+			}
+		}
+	}
+	return out
 }

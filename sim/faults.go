@@ -18,7 +18,8 @@ import (
 // In JSON, durations are Go duration strings ("250ms"):
 //
 //	{"route":"", "latency":"0s", "jitter":"0s", "http500":0, "http429":0,
-//	 "retry_after":1, "envelope":0, "envelope_code":"50026", "hang":0,
+//	 "retry_after":1, "envelope":0, "envelope_code":"50026",
+//	 "envelope_vendor":false, "hang":0,
 //	 "drop":0, "malformed":0, "truncated":0, "oversized":0, "oversized_bytes":0,
 //	 "gzip_bomb":0, "gzip_bomb_bytes":0, "reorg":0}
 type Faults struct {
@@ -48,6 +49,11 @@ type Faults struct {
 	// GzipBombBytes is the decoded size of a gzip bomb; 0 means 64 MiB. The
 	// compressed bytes are built once per size and reused (bomb.go).
 	GzipBombBytes int
+	// EnvelopeVendor answers the envelope fault as the vendor documents
+	// EnvelopeCode: its HTTP status (50013 "busy" 200, 50030 403, 50100
+	// 400, 50102-50113 401, ...) and its message (vendor.go). Off, the
+	// envelope comes with HTTP 200 whatever the code, as it always did.
+	EnvelopeVendor bool
 	// Reorg, when > 0, reorganizes every chain once, as the faults are set:
 	// the newest Reorg blocks are replaced by others (new hashes, other
 	// transactions; those of the replaced blocks are gone). It is an event,
@@ -65,6 +71,7 @@ type faultsJSON struct {
 	RetryAfter   int     `json:"retry_after"`
 	Envelope     float64 `json:"envelope"`
 	EnvelopeCode string  `json:"envelope_code"`
+	EnvelopeVend bool    `json:"envelope_vendor"`
 	Hang         float64 `json:"hang"`
 	Drop         float64 `json:"drop"`
 	Malformed    float64 `json:"malformed"`
@@ -80,7 +87,7 @@ type faultsJSON struct {
 func (f Faults) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultsJSON{
 		f.Route, f.Latency.String(), f.Jitter.String(), f.HTTP500, f.HTTP429, f.RetryAfter,
-		f.Envelope, f.EnvelopeCode, f.Hang, f.Drop, f.Malformed, f.Truncated,
+		f.Envelope, f.EnvelopeCode, f.EnvelopeVendor, f.Hang, f.Drop, f.Malformed, f.Truncated,
 		f.Oversized, f.OversizedBytes, f.GzipBomb, f.GzipBombBytes, f.Reorg,
 	})
 }
@@ -108,6 +115,7 @@ func (f *Faults) UnmarshalJSON(b []byte) error {
 	}
 	out.Route, out.HTTP500, out.HTTP429, out.RetryAfter = j.Route, j.HTTP500, j.HTTP429, j.RetryAfter
 	out.Envelope, out.EnvelopeCode, out.Hang, out.Drop = j.Envelope, j.EnvelopeCode, j.Hang, j.Drop
+	out.EnvelopeVendor = j.EnvelopeVend
 	out.Malformed, out.Truncated = j.Malformed, j.Truncated
 	out.Oversized, out.OversizedBytes = j.Oversized, j.OversizedB
 	out.GzipBomb, out.GzipBombBytes = j.GzipBomb, j.GzipBombB
@@ -130,6 +138,15 @@ func (f Faults) Validate() error {
 		}
 		if !known {
 			errs = append(errs, fmt.Errorf("route %q is not a route name", f.Route))
+		}
+	}
+	if f.EnvelopeVendor {
+		code := f.EnvelopeCode
+		if code == "" {
+			code = codeServer
+		}
+		if _, ok := LookupVendorCode(code); !ok {
+			errs = append(errs, fmt.Errorf("envelope_code %q is not in the vendor's table, so envelope_vendor has no status for it", code))
 		}
 	}
 	if f.Latency < 0 || f.Jitter < 0 {

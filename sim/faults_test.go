@@ -181,7 +181,7 @@ func TestFaultsAPI(t *testing.T) {
 	if a.status != 200 {
 		t.Fatalf("POST: %d %s", a.status, a.body)
 	}
-	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184,"gzip_bomb":0,"gzip_bomb_bytes":67108864,"reorg":0}`
+	want := `{"route":"transaction-list","latency":"20ms","jitter":"0s","http500":0,"http429":0.5,"retry_after":7,"envelope":0.25,"envelope_code":"50026","envelope_vendor":false,"hang":0,"drop":0,"malformed":0,"truncated":0,"oversized":0,"oversized_bytes":9437184,"gzip_bomb":0,"gzip_bomb_bytes":67108864,"reorg":0}`
 	if got := strings.TrimSpace(string(send("GET", "").body)); got != want {
 		t.Errorf("GET /sim/faults\n got %s\nwant %s", got, want)
 	}

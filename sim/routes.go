@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -22,7 +23,31 @@ const (
 	defaultLimit     = 20
 	maxPositionLimit = 50
 	maxListLimit     = 100
+	// maxPositionLimit100 is position-list's limit under the
+	// position-limit-100 reading (the vendor's Chinese page).
+	maxPositionLimit100 = 100
 )
+
+// codeNoData is the vendor's "no data for this block height" (HTTP 200),
+// answered for a height above the head under the nodata-code reading.
+const codeNoData = "50040"
+
+// ask is what one request is answered at: the chain time and the profile
+// in force, both read once so the answer is consistent.
+type ask struct {
+	now time.Time
+	profileState
+}
+
+// noData is the answer to a height above the head: an empty page (nil),
+// or the vendor's code 50040 under the nodata-code reading.
+func (a ask) noData(height, head int64) *Error {
+	if !a.NoDataCode {
+		return nil
+	}
+	v, _ := LookupVendorCode(codeNoData)
+	return &Error{v.Status, codeNoData, fmt.Sprintf("No data for this block height: height %d is above the newest block %d", height, head)}
+}
 
 // route is one operation of the spec. serve answers with the value of the
 // envelope's data; params and auth have been dealt with by then except the
@@ -31,7 +56,7 @@ type route struct {
 	name      string
 	path      string
 	hashParam string // the parameter whose hashes stats count; "" for none
-	serve     func(s *Server, c *chain, p params, now time.Time) (any, *Error)
+	serve     func(s *Server, c *chain, p params, a ask) (any, *Error)
 }
 
 // routeTable is the six operations of the spec, in its order.
@@ -79,7 +104,7 @@ func windowPage(page, limit, n int64) *Error {
 	return nil
 }
 
-func (s *Server) positionList(c *chain, p params, now time.Time) (any, *Error) {
+func (s *Server) positionList(c *chain, p params, a ask) (any, *Error) {
 	addr, err := p.required("tokenContractAddress")
 	if err != nil {
 		return nil, err
@@ -91,7 +116,11 @@ func (s *Server) positionList(c *chain, p params, now time.Time) (any, *Error) {
 	if holder != "" && !isHex(holder, 20) {
 		return nil, invalid("holderAddress", "%q is not an address (0x and 40 hex digits)", holder)
 	}
-	page, limit, err := p.page(defaultLimit, maxPositionLimit)
+	maxLimit := int64(maxPositionLimit)
+	if a.PositionLimit100 {
+		maxLimit = maxPositionLimit100
+	}
+	page, limit, err := p.page(defaultLimit, maxLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +136,7 @@ func (s *Server) positionList(c *chain, p params, now time.Time) (any, *Error) {
 	if t == nil {
 		return []positionPage{w}, nil
 	}
-	e := epoch(now)
+	e := epoch(a.now)
 	w.CirculatingSupply = c.circulatingSupply(t, e)
 	if holder != "" {
 		if r := c.holderRank(t, holder); r >= 1 && r <= window {
@@ -126,7 +155,7 @@ func (s *Server) positionList(c *chain, p params, now time.Time) (any, *Error) {
 	return []positionPage{w}, nil
 }
 
-func (s *Server) blockList(c *chain, p params, now time.Time) (any, *Error) {
+func (s *Server) blockList(c *chain, p params, a ask) (any, *Error) {
 	height, err := p.int("height", -1, 0, 1<<47)
 	if err != nil {
 		return nil, err
@@ -135,7 +164,7 @@ func (s *Server) blockList(c *chain, p params, now time.Time) (any, *Error) {
 	if err != nil {
 		return nil, err
 	}
-	head := c.head(now, s.cfg.BlockInterval)
+	head := c.head(a.now, s.cfg.BlockInterval)
 	lowest := max(head-window+1, 0)
 	w := chainPage[block]{
 		Page: itoa(page), Limit: itoa(limit), TotalPage: "0",
@@ -144,6 +173,9 @@ func (s *Server) blockList(c *chain, p params, now time.Time) (any, *Error) {
 	start := head
 	if height >= 0 {
 		if height > head {
+			if err := a.noData(height, head); err != nil {
+				return nil, err
+			}
 			return []chainPage[block]{w}, nil // not produced yet
 		}
 		if height < lowest {
@@ -152,18 +184,26 @@ func (s *Server) blockList(c *chain, p params, now time.Time) (any, *Error) {
 		start = height
 	}
 	n := start - lowest + 1
+	if height >= 0 && a.HeightAt {
+		// The block at that height is all there is: one page of one block.
+		lowest, n = start, 1
+	}
 	if err := windowPage(page, limit, n); err != nil {
 		return nil, err
 	}
 	w.TotalPage = itoa(ceilDiv(n, limit))
 	top := start - (page-1)*limit
 	for h := top; h > top-limit && h >= lowest; h-- {
-		w.BlockList = append(w.BlockList, c.block(h, s.pending(h, head), s.cfg.BlockInterval))
+		b := c.block(h, s.pending(h, head), s.cfg.BlockInterval)
+		if a.StateEmpty {
+			b.State = ""
+		}
+		w.BlockList = append(w.BlockList, b)
 	}
 	return []chainPage[block]{w}, nil
 }
 
-func (s *Server) transactionList(c *chain, p params, now time.Time) (any, *Error) {
+func (s *Server) transactionList(c *chain, p params, a ask) (any, *Error) {
 	if _, err := p.required("height"); err != nil {
 		return nil, err
 	}
@@ -182,12 +222,15 @@ func (s *Server) transactionList(c *chain, p params, now time.Time) (any, *Error
 	if err != nil {
 		return nil, err
 	}
-	head := c.head(now, s.cfg.BlockInterval)
+	head := c.head(a.now, s.cfg.BlockInterval)
 	w := chainPage[blockTx]{
 		Page: itoa(page), Limit: itoa(limit), TotalPage: "0",
 		ChainFullName: c.full, ChainShortName: c.short, BlockList: []blockTx{},
 	}
 	if height > head {
+		if err := a.noData(height, head); err != nil {
+			return nil, err
+		}
 		return []chainPage[blockTx]{w}, nil // not produced yet
 	}
 	all := c.blockTxs(height, protocol, s.pending(height, head), s.cfg.BlockInterval)
@@ -198,19 +241,19 @@ func (s *Server) transactionList(c *chain, p params, now time.Time) (any, *Error
 	return []chainPage[blockTx]{w}, nil
 }
 
-func (s *Server) transactionMulti(c *chain, p params, _ time.Time) (any, *Error) {
+func (s *Server) transactionMulti(c *chain, p params, a ask) (any, *Error) {
 	hashes, err := p.hashes("txId", maxHashes)
 	if err != nil {
 		return nil, err
 	}
 	out := []crossTx{}
 	for _, h := range hashes {
-		out = append(out, c.crossRecords(h, s.cfg.BlockInterval)...)
+		out = append(out, s.crossRecords(c, h, a)...)
 	}
 	return out, nil
 }
 
-func (s *Server) transactionFills(c *chain, p params, _ time.Time) (any, *Error) {
+func (s *Server) transactionFills(c *chain, p params, a ask) (any, *Error) {
 	h, err := p.required("txid")
 	if err != nil {
 		return nil, err
@@ -219,10 +262,10 @@ func (s *Server) transactionFills(c *chain, p params, _ time.Time) (any, *Error)
 		return nil, invalid("txid", "%q is not one transaction hash (0x and 64 hex digits)", h)
 	}
 	out := []crossTx{}
-	return append(out, c.crossRecords(h, s.cfg.BlockInterval)...), nil
+	return append(out, s.crossRecords(c, h, a)...), nil
 }
 
-func (s *Server) internalTransactionMulti(c *chain, p params, now time.Time) (any, *Error) {
+func (s *Server) internalTransactionMulti(c *chain, p params, a ask) (any, *Error) {
 	hashes, err := p.hashes("txId", maxHashes)
 	if err != nil {
 		return nil, err
@@ -231,7 +274,7 @@ func (s *Server) internalTransactionMulti(c *chain, p params, now time.Time) (an
 	if err != nil {
 		return nil, err
 	}
-	head := c.head(now, s.cfg.BlockInterval)
+	head := c.head(a.now, s.cfg.BlockInterval)
 	var all []internalTx
 	for _, hash := range hashes {
 		h, i, ok := c.openTx(hash, head)

@@ -59,6 +59,9 @@ type Config struct {
 	Now           func() time.Time   // chain clock; nil means time.Now. Auth skew uses the wall clock.
 	Faults        Faults             // initial faults
 	Logger        *slog.Logger       // nil discards
+	// Profile is the reading of each point the vendor's documentation
+	// leaves open (profile.go); nil means ParseProfile(DefaultProfile).
+	Profile *Profile
 
 	onWait func() // test hook: a request starts waiting (latency or hang)
 }
@@ -74,10 +77,12 @@ type Server struct {
 	admin  http.Handler
 	stats  counters
 
-	faultsMu sync.Mutex
-	faults   Faults
-	bombMu   sync.Mutex
-	bomb     *gzipBomb // the gzip bomb fault's body, built on first use
+	faultsMu  sync.Mutex
+	faults    Faults
+	profileMu sync.Mutex
+	profile   profileState
+	bombMu    sync.Mutex
+	bomb      *gzipBomb // the gzip bomb fault's body, built on first use
 
 	// Lifecycle: done ends hung requests; wg counts handlers in flight.
 	mu     sync.Mutex
@@ -133,6 +138,11 @@ func New(cfg Config) *Server {
 	for i := range routeTable {
 		s.routes[routeTable[i].path] = &routeTable[i]
 	}
+	prof := MustProfile(DefaultProfile)
+	if cfg.Profile != nil {
+		prof = *cfg.Profile
+	}
+	s.profile = profileState{prof, cfg.Now()}
 	s.stats.reset()
 	s.admin = s.adminHandler()
 	return s
@@ -278,7 +288,11 @@ func (s *Server) injectAnswer(w http.ResponseWriter, r *http.Request, kind int, 
 		w.Header().Set("Retry-After", strconv.Itoa(f.RetryAfter))
 		writeJSON(w, http.StatusTooManyRequests, envelope(codeRateLimit, "Too Many Requests (injected fault)"))
 	case faultEnvelope:
-		writeJSON(w, http.StatusOK, envelope(f.EnvelopeCode, "injected error envelope"))
+		status, msg := http.StatusOK, "injected error envelope"
+		if v, ok := LookupVendorCode(f.EnvelopeCode); ok && f.EnvelopeVendor {
+			status, msg = v.Status, v.Msg+" (injected)"
+		}
+		writeJSON(w, status, envelope(f.EnvelopeCode, msg))
 	case faultHang:
 		s.waiting()
 		select {
@@ -314,13 +328,21 @@ func spoil(kind int, f Faults, status int, body []byte) (int, []byte) {
 // answer computes the route's envelope and its HTTP status.
 func (s *Server) answer(r *http.Request, rt *route) (int, []byte) {
 	p := params{r.URL.Query()}
+	pr := s.profileNow()
+	refuse := func(err *Error) (int, []byte) {
+		status := err.Status
+		if pr.StatusVendor {
+			status = vendorStatus(err.Code, status)
+		}
+		return status, envelope(err.Code, err.Msg)
+	}
 	c, err := s.chainParam(p)
 	if err != nil {
-		return err.Status, envelope(err.Code, err.Msg)
+		return refuse(err)
 	}
-	data, err := rt.serve(s, c, p, s.cfg.Now())
+	data, err := rt.serve(s, c, p, ask{s.cfg.Now(), pr})
 	if err != nil {
-		return err.Status, envelope(err.Code, err.Msg)
+		return refuse(err)
 	}
 	body, merr := json.Marshal(struct {
 		Code string `json:"code"`

@@ -75,6 +75,7 @@ func parseFlags(args []string) (options, error) {
 	seed := fs.Int64("seed", 0, "seed of all synthetic content")
 	chains := fs.String("chains", strings.Join(sim.DefaultChains(), ","), "comma-separated chainShortName values served")
 	frozen := fs.String("frozen-at", "", "RFC 3339 time the chain's clock stands still at (empty: the chain follows real time)")
+	profile := fs.String("profile", sim.DefaultProfile, "comma-separated profile and reading names, applied in order: the explorer's reading of each point its documentation leaves open ("+strings.Join(sim.ProfileNames(), ", ")+"; see sim/README.md)")
 	verbose := fs.Bool("v", false, "log every auth rejection and fault change at debug level")
 	var f sim.Faults
 	faultFlags(fs, &f)
@@ -86,6 +87,10 @@ func parseFlags(args []string) (options, error) {
 	}
 	if err := f.Validate(); err != nil {
 		return options{}, fmt.Errorf("fault flags: %w", err)
+	}
+	prof, err := sim.ParseProfile(*profile)
+	if err != nil {
+		return options{}, fmt.Errorf("-profile: %w", err)
 	}
 	var now func() time.Time
 	if *frozen != "" {
@@ -106,6 +111,7 @@ func parseFlags(args []string) (options, error) {
 		Seed:          *seed,
 		Chains:        strings.Split(*chains, ","),
 		Faults:        f,
+		Profile:       &prof,
 		Now:           now,
 	}}, nil
 }
@@ -121,6 +127,7 @@ func faultFlags(fs *flag.FlagSet, f *sim.Faults) {
 	fs.IntVar(&f.RetryAfter, "fault-retry-after", d.RetryAfter, "Retry-After seconds of injected 429s")
 	fs.Float64Var(&f.Envelope, "fault-envelope", 0, "fraction of answers that are a 200 error envelope")
 	fs.StringVar(&f.EnvelopeCode, "fault-envelope-code", d.EnvelopeCode, "code of injected error envelopes")
+	fs.BoolVar(&f.EnvelopeVendor, "fault-envelope-vendor", false, "answer injected error envelopes with the vendor's HTTP status and message for their code (else HTTP 200)")
 	fs.Float64Var(&f.Hang, "fault-hang", 0, "fraction of requests never answered")
 	fs.Float64Var(&f.Drop, "fault-drop", 0, "fraction of connections dropped without an answer")
 	fs.Float64Var(&f.Malformed, "fault-malformed", 0, "fraction of answers whose body is not JSON")
@@ -134,7 +141,7 @@ func faultFlags(fs *flag.FlagSet, f *sim.Faults) {
 // announce says where the simulator listens, with which account, and
 // which faults it injects, if any.
 func announce(s *sim.Server, o options) {
-	fmt.Printf("explorer-sim listening on %s (chains %s, auth %v)\n", s.URL(), o.chains, o.cfg.Auth)
+	fmt.Printf("explorer-sim listening on %s (chains %s, auth %v, profile %s)\n", s.URL(), o.chains, o.cfg.Auth, s.Profile())
 	if creds := o.cfg.Credentials; creds == sim.DemoCredentials() {
 		fmt.Printf("demo account (published, not a secret): api key %s, passphrase %s, secret key %s\n",
 			creds.APIKey, creds.Passphrase, creds.SecretKey)
