@@ -16,7 +16,7 @@ IMAGE ?= $(IMAGE_NAME):$(VERSION)
 # SOURCE=https://... when origin is ssh or absent.
 SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep '^https://' | sed 's/\.git$$//')
 
-.PHONY: build image run test vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream fuzz fuzz-ci soak clean
+.PHONY: build image run test allocs vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -54,8 +54,24 @@ prometheusrule:
 test: vet lint build
 	$(GO) run ./cmd/explorer-edge -check-config -config config.yaml
 	$(GO) test -race -count=1 -timeout 10m ./...
-	# Allocation counts mean nothing under -race: these run once without it.
-	$(GO) test -count=1 -run 'TestHitPathAllocatesNothing|TestRepeatedParametersAreCheap|TestRememberingAURIAllocatesTwice|TestAdmitBehindProxyAllocates|TestFramingCheckAllocatesNothing|TestFairGateStraightThrough' ./proxy
+	$(MAKE) --no-print-directory allocs
+
+# Allocation counts mean nothing under -race: every test that counts
+# allocations (testing.AllocsPerRun) runs once more without it, in every
+# package. The pass fails when a name below ran nothing or did not pass
+# (a renamed test would otherwise drop out unseen), and when a test that
+# counts allocations is missing from the list.
+ALLOC_TESTS := TestHitPathAllocatesNothing TestRepeatedParametersAreCheap TestRememberingAURIAllocatesTwice \
+  TestAdmitBehindProxyAllocates TestFramingCheckAllocatesNothing TestFairQueueStraightThrough \
+  TestTopSamplingAllocatesNothing TestFinalAnswersAreImmutable TestKeyAllocatesNothing
+allocs:
+	@set -e; \
+	counting=$$(grep -rl --include='*_test.go' 'AllocsPerRun' . | xargs awk '/^func Test/{n=$$2; sub(/\(.*/,"",n)} /AllocsPerRun/ && n!=""{print n}' | sort -u); \
+	for n in $$counting; do case " $(ALLOC_TESTS) " in *" $$n "*) ;; *) echo "allocs: $$n counts allocations and is not in ALLOC_TESTS"; exit 1;; esac; done; \
+	pattern="^($$(echo $(ALLOC_TESTS) | tr ' ' '|'))\$$"; \
+	out=$$($(GO) test -count=1 -v -run "$$pattern" ./... 2>&1) || { echo "$$out" | grep -v '^=== \|^ok \|no test files'; exit 1; }; \
+	for n in $(ALLOC_TESTS); do echo "$$out" | grep -q -- "^--- PASS: $$n " || { echo "allocs: $$n did not run and pass"; exit 1; }; done; \
+	echo "allocs: $(words $(ALLOC_TESTS)) allocation tests passed without -race"
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./proxy/... ./cache/... ./signer ./tcpio
