@@ -18,9 +18,10 @@ type VendorCode struct {
 // (English page https://web3.okx.com/onchainos/dev-docs/data/error; the
 // rows its English excerpt does not show, 50039 to 50047 and 50100, are
 // translated from the Chinese page .../zh-hans/onchainos/dev-docs/data/error;
-// the words of 50102-50113 follow the vendor's other English pages, with
-// the SVC-ACCESS- prefix of this API's headers; the Chinese page's next row
-// after 50107 is "invalid IP", so 50108 and 50109 are not in it). Where the two pages disagree
+// the words of 50101-50125 follow the vendor's sibling API pages, with the
+// SVC-ACCESS- prefix of this API's headers; 50101, 50108, 50109, 50114 and
+// 50125 are from those pages only, kept so a test can inject every code
+// the edge's own table classes). Where the two pages disagree
 // (50012: 200 in English, 429 in Chinese) the English page is followed.
 // docs/explorer-readings.md keeps the same table with its sources.
 var vendorCodes = []VendorCode{
@@ -56,16 +57,21 @@ var vendorCodes = []VendorCode{
 	{"50045", http.StatusBadRequest, "Client operation error."},
 	{"50047", http.StatusBadRequest, "Under laws and regulations, the X Layer API service is not available in your country or region."},
 	{"50100", http.StatusBadRequest, "API frozen, please contact customer service."},
+	{"50101", http.StatusUnauthorized, "APIKey does not match current environment."},
 	{"50102", http.StatusUnauthorized, "Request timestamp expired."},
 	{"50103", http.StatusUnauthorized, "Request header \"SVC-ACCESS-KEY\" can not be empty."},
 	{"50104", http.StatusUnauthorized, "Request header \"SVC-ACCESS-PASSPHRASE\" can not be empty."},
 	{"50105", http.StatusUnauthorized, "Request header \"SVC-ACCESS-PASSPHRASE\" incorrect."},
 	{"50106", http.StatusUnauthorized, "Request header \"SVC-ACCESS-SIGN\" can not be empty."},
 	{"50107", http.StatusUnauthorized, "Request header \"SVC-ACCESS-TIMESTAMP\" can not be empty."},
+	{"50108", http.StatusUnauthorized, "Exchange ID does not exist."},
+	{"50109", http.StatusUnauthorized, "Exchange domain does not exist."},
 	{"50110", http.StatusUnauthorized, "Invalid IP."},
 	{"50111", http.StatusUnauthorized, "Invalid SVC-ACCESS-KEY."},
 	{"50112", http.StatusUnauthorized, "Invalid SVC-ACCESS-TIMESTAMP."},
 	{"50113", http.StatusUnauthorized, "Invalid signature."},
+	{"50114", http.StatusUnauthorized, "Invalid authority."},
+	{"50125", http.StatusUnauthorized, "Your API key or region has no access to the current service."},
 }
 
 // VendorCodes returns the vendor's error-code table, by code.
