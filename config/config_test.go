@@ -208,7 +208,7 @@ func TestDiskPath(t *testing.T) {
 	readOnly := t.TempDir()
 	if os.Geteuid() == 0 { // root writes through permissions: a read-only mount
 		readOnly = t.TempDir()
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", readOnly).CombinedOutput(); err != nil {
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0700,size=1m,ro", "tmpfs", readOnly).CombinedOutput(); err != nil {
 			readOnly = ""
 			t.Logf("no read-only case: mount tmpfs not permitted: %v %s", err, out)
 		} else {
@@ -238,6 +238,18 @@ func TestDiskPath(t *testing.T) {
 	f(dir, 1000, "cache.disk_max_bytes")
 	if readOnly != "" {
 		f(readOnly, 1<<30, "is not a writable directory")
+	}
+	// A directory others can write to: they could plant disk.db there as
+	// a symlink (docs/disk.md, The directory).
+	for _, mode := range []os.FileMode{0o770, 0o757, 0o777 | os.ModeSticky} {
+		shared := t.TempDir()
+		os.Chmod(shared, mode)
+		f(shared, 1<<30, "is writable by group or others")
+	}
+	if os.Geteuid() == 0 {
+		theirs := t.TempDir()
+		os.Chown(theirs, 65534, 65534)
+		f(theirs, 1<<30, "is owned by uid 65534")
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("the check left %v in %s", entries, dir)

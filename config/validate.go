@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -297,7 +298,8 @@ func (c *Config) checkCache(v *validator) {
 }
 
 // checkDisk checks the disk tier: a directory the edge can create its
-// file in (a probe file is created and removed), and its bound. Reloads
+// file in (a probe file is created and removed), its own (owned by the
+// edge's user or root, not writable by group or others), and its bound. Reloads
 // validate too: a disk_path that stopped being writable (a read-only
 // volume) refuses the reload, the configuration in force serving on.
 func (c *Config) checkDisk(v *validator) {
@@ -315,6 +317,15 @@ func (c *Config) checkDisk(v *validator) {
 		return
 	case !fi.IsDir():
 		v.bad("cache.disk_path: %q is not a writable directory: not a directory", ca.DiskPath)
+		return
+	case fi.Mode().Perm()&0o022 != 0:
+		// Whoever can write there can plant disk.db as a symlink to a
+		// file elsewhere (cache/disk.CheckDir checks the same at open).
+		v.bad("cache.disk_path: %q is writable by group or others (mode %s): another user could plant disk.db there; chmod go-w it, or use a directory of the edge's own", ca.DiskPath, fi.Mode())
+		return
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		v.bad("cache.disk_path: %q is owned by uid %d, neither the edge's (%d) nor root's: its owner could plant disk.db there", ca.DiskPath, st.Uid, os.Geteuid())
 		return
 	}
 	f, err := os.CreateTemp(ca.DiskPath, ".check-*")

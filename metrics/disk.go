@@ -11,6 +11,9 @@ type DiskStats struct {
 	// Resident is the file's pages in the process's memory map (Linux),
 	// counted in process_resident_memory_bytes but page cache.
 	Resident int64
+	// Open: the tier is in use (cache/disk opened its file, and has not
+	// found it corrupt since).
+	Open bool
 }
 
 // diskFamily is one explorer_edge_disk_* family read from DiskStats.
@@ -39,6 +42,12 @@ func diskFamilies() []diskFamily {
 		counter("deleted_total", "Entries of the disk tier removed by purges and reorganizations.", func(s *DiskStats) int64 { return s.Deleted }),
 		gauge("bytes", "What the disk tier's entries take in its file (bounded by cache.disk_max_bytes; the file is up to 1.35x it).", func(s *DiskStats) int64 { return s.Bytes }),
 		gauge("entries", "Entries in the disk tier.", func(s *DiskStats) int64 { return s.Entries }),
+		gauge("open", "1 while the disk tier is in use; 0 when disk.db could not be opened at start (the node serves without it: the log and /readyz say why) or was found corrupt since (off until restart).", func(s *DiskStats) int64 {
+			if s.Open {
+				return 1
+			}
+			return 0
+		}),
 		gauge("resident_bytes", "Bytes of the disk tier's file in the process's memory map (bbolt reads through it): counted in process_resident_memory_bytes, but page cache the kernel takes back before an OOM kill; ExplorerEdgeMemoryNearBound leaves them out. Linux only (0 elsewhere).", func(s *DiskStats) int64 { return s.Resident }),
 	}
 }

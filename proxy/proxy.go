@@ -75,6 +75,9 @@ type Proxy struct {
 type tiers struct {
 	disk   *disk.Store // the disk tier of final answers (cache.disk_path); nil: none
 	shared Tier        // the shared tier, asked through Proxy.shared (tier.go); nil on a single node
+	// diskOff says why the disk tier is off with cache.disk_path set
+	// (Options.DiskOff): Ready says it.
+	diskOff string
 }
 
 // work is what the core has under way: the flights that merge identical
@@ -115,6 +118,9 @@ type Options struct {
 	// shared tier, written from keep, purged with memory. The caller
 	// opens it and closes it after the proxy. nil = none.
 	Disk *disk.Store
+	// DiskOff says why Disk is nil although cache.disk_path is set: its
+	// file could not be opened (node.Parts.DiskOff). "" = not off.
+	DiskOff string
 	Tier Tier // nil = single node
 	// Fleet carries purges between the nodes (fleet.Redis, the Tier's
 	// Redis); nil = purges stay on this node.
@@ -132,7 +138,7 @@ type Options struct {
 
 // New builds a proxy from a validated configuration.
 func New(cfg config.Config, o Options) (*Proxy, error) {
-	p := &Proxy{cache: o.Cache, tiers: tiers{disk: o.Disk}, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
+	p := &Proxy{cache: o.Cache, tiers: tiers{disk: o.Disk, diskOff: o.DiskOff}, metrics: o.Metrics, log: o.Logger, now: o.Now, ops: ops{tr: tracing.New(o.Tracer)},
 		work: work{refreshing: map[string]struct{}{}}}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
@@ -257,6 +263,9 @@ func (p *Proxy) Ready() (bool, string) {
 	}
 	if failing := p.up.Failing(); failing != "" {
 		return true, "ok; failing upstream accounts (asked only when no other can be): " + failing
+	}
+	if off := p.tiers.diskOff; off != "" {
+		return true, "ok; disk tier off, serving without it: " + off
 	}
 	return true, "ok"
 }

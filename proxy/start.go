@@ -25,7 +25,7 @@ func Build(cfg config.Config, parts node.Parts) (node.Core, error) {
 // cache tier below it, the fleet's purge log and the
 // fleet-wide budget of every account.
 func OptionsOf(parts node.Parts) Options {
-	o := Options{Cache: parts.Cache, Metrics: parts.Metrics, Logger: parts.Logger, Now: parts.Now, Tracer: parts.Tracer, Disk: parts.Disk}
+	o := Options{Cache: parts.Cache, Metrics: parts.Metrics, Logger: parts.Logger, Now: parts.Now, Tracer: parts.Tracer, Disk: parts.Disk, DiskOff: parts.DiskOff}
 	if shared := parts.Shared; shared != nil {
 		o.Tier, o.Fleet, o.Budget, o.Relay = shared, shared, shared.Budget(), shared
 		o.AccountBudget = func(name string, rate float64, burst int) upstream.Budget {

@@ -152,6 +152,9 @@ type Stats struct {
 	Deleted     int64 // deleted_total: entries removed by Delete
 	Bytes       int64 // bytes: what the entries held take (Options.MaxBytes)
 	Entries     int64 // entries
+	// Broken: the file was found corrupt; the store reads and writes
+	// nothing until the next Open (open: 0).
+	Broken bool
 }
 
 // Store is a bounded disk cache of final entries, safe for concurrent use.
@@ -634,6 +637,6 @@ func (s *Store) Stats() Stats {
 		Drops: s.drops.Load(), WriteErrors: s.writeErrors.Load(),
 		Evictions: s.evictions.Load(), Expired: s.expired.Load(),
 		Corrupt: s.corrupt.Load(), Deleted: s.deleted.Load(),
-		Bytes: s.bytes.Load(), Entries: s.entries.Load(),
+		Bytes: s.bytes.Load(), Entries: s.entries.Load(), Broken: s.broken.Load(),
 	}
 }

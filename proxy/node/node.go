@@ -82,6 +82,9 @@ type Parts struct {
 	Tracer  trace.TracerProvider // nil = tracing off
 	Shared  *fleet.Redis         // the shared tier; nil on a single node
 	Disk    *disk.Store          // the disk tier (cache.disk_path); nil when off
+	// DiskOff says why the disk tier is off although cache.disk_path is
+	// set (its file could not be opened): /readyz says it. "" otherwise.
+	DiskOff string
 }
 
 // Core is what the node asks of the request core (proxy.Proxy).
@@ -105,7 +108,8 @@ type Core interface {
 type Node struct {
 	p       Core
 	cache   *cache.Cache
-	disk    *disk.Store // nil when cache.disk_path is empty
+	disk    *disk.Store // nil when cache.disk_path is empty, or its file could not be opened
+	diskOff string      // why the disk tier is off with disk_path set (Parts.DiskOff)
 	metrics *metrics.Metrics
 	shared  *fleet.Redis             // nil on a single node
 	tracer  *sdktrace.TracerProvider // the provider Start built; nil if given or off
@@ -183,11 +187,9 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 		o.Register(n.metrics)
 	}
 	if cfg.Cache.DiskPath != "" {
-		if n.disk, err = n.openDisk(cfg, o.Now); err != nil {
-			return Parts{}, err
-		}
+		n.disk = n.openDisk(cfg, o.Now)
 	}
-	parts := Parts{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer, Disk: n.disk}
+	parts := Parts{Cache: n.cache, Metrics: n.metrics, Logger: n.log, Now: o.Now, Tracer: o.Tracer, Disk: n.disk, DiskOff: n.diskOff}
 	if o.Tracer == nil && cfg.Tracing.OTLPEndpoint != "" {
 		tp, err := tracing.NewTracerProvider(cfg.Tracing, o.Logger)
 		if err != nil {
@@ -217,7 +219,15 @@ func (n *Node) collaborators(cfg config.Config, o Options) (Parts, error) {
 // metrics. Its entries are tagged by route and chain
 // numbers: a file written under another route table or chain list starts
 // empty (disk.Options.TagSpace).
-func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, error) {
+//
+// A file that cannot be opened (another process holds it, an immutable
+// file, a directory or a symlink named disk.db, a purge outstanding and
+// the file not removable) does not stop the node: it serves without the
+// tier, loudly (an ERROR line, explorer_edge_disk_open 0, /readyz's
+// reason), and marks the directory so that the next start begins with an
+// empty file: the purges applied meanwhile do not reach it. -check-config
+// checks the directory only; what the file holds is known at open.
+func (n *Node) openDisk(cfg config.Config, now func() time.Time) *disk.Store {
 	chains := make([]string, len(cfg.Chains))
 	for i, c := range cfg.Chains {
 		chains[i] = strings.ToUpper(strings.TrimSpace(c))
@@ -225,23 +235,33 @@ func (n *Node) openDisk(cfg config.Config, now func() time.Time) (*disk.Store, e
 	var d *disk.Store
 	// The store's counters are read at scrape time only, once it is open.
 	observe := n.metrics.Disk(cfg.Cache.DiskMaxBytes, func() metrics.DiskStats {
+		if d == nil {
+			return metrics.DiskStats{} // off: could not be opened
+		}
 		s := d.Stats()
 		return metrics.DiskStats{Hits: s.Hits, Misses: s.Misses, Writes: s.Writes, Drops: s.Drops, WriteErrors: s.WriteErrors,
 			Evictions: s.Evictions, Expired: s.Expired, Corrupt: s.Corrupt, Deleted: s.Deleted, Bytes: s.Bytes, Entries: s.Entries,
-			Resident: d.Resident()}
+			Resident: d.Resident(), Open: !s.Broken}
 	})
-	d, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, MaxBody: cfg.Upstream.MaxResponseBytes, Logger: n.log,
+	opened, err := disk.Open(disk.Options{Dir: cfg.Cache.DiskPath, MaxBytes: cfg.Cache.DiskMaxBytes, MaxBody: cfg.Upstream.MaxResponseBytes, Logger: n.log,
 		TagSpace: "routes:" + strings.Join(route.Names(), ",") + " chains:" + strings.Join(chains, ","), Now: now,
 		// What waits for the writer may have left memory: a sixteenth of
 		// it at most (docs/disk.md, Memory).
 		QueueBytes: cfg.Cache.MaxBytes / 16,
 		Metrics:    disk.Metrics{ReadSeconds: observe}})
 	if err != nil {
-		return nil, err
+		n.diskOff = err.Error()
+		n.log.Error("disk tier off: its file could not be opened; serving without it", "path", cfg.Cache.DiskPath, "err", err)
+		if merr := disk.Distrust(cfg.Cache.DiskPath); merr != nil {
+			n.log.Error("disk tier off, and the directory could not be marked: a later start may serve answers purged meanwhile unless disk.db is removed first",
+				"path", cfg.Cache.DiskPath, "err", merr)
+		}
+		return nil
 	}
+	d = opened
 	st := d.Stats()
 	n.log.Info("disk tier open", "path", cfg.Cache.DiskPath, "max_bytes", cfg.Cache.DiskMaxBytes, "entries", st.Entries, "bytes", st.Bytes)
-	return d, nil
+	return d
 }
 
 // FleetConfig takes the shared tier's settings from the configuration: the
