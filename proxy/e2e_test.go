@@ -218,15 +218,18 @@ func TestConcurrentColdRequestsCostOneCall(t *testing.T) {
 	}
 }
 
+// TestUpstreamErrorEnvelopePassedThroughNotCached: a code outside the
+// vendor's table (envelope.VendorCodes) is passed through as it came and
+// never cached.
 func TestUpstreamErrorEnvelopePassedThroughNotCached(t *testing.T) {
 	h := newHarness(t, func(_ *config.Config, s *sim.Config) {
-		s.Faults = sim.Faults{Envelope: 1, EnvelopeCode: "50030"}
+		s.Faults = sim.Faults{Envelope: 1, EnvelopeCode: "59999"}
 	})
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	for i := 0; i < 2; i++ {
 		r := h.get(target)
-		if r.code() != "50030" {
-			t.Fatalf("got %d %s, want the upstream's 50030 envelope", r.status, r.body)
+		if r.code() != "59999" {
+			t.Fatalf("got %d %s, want the upstream's 59999 envelope", r.status, r.body)
 		}
 	}
 	if n := h.upstreamCalls(); n != 2 {

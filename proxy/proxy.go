@@ -736,8 +736,14 @@ func (p *Proxy) fromShared(s *settings, f *upstream.Request) (a *loaded, c lower
 func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upstream.Answer) *loaded {
 	r, key, body := f.Route, f.Key, up.Body
 	if up.Code != "0" || up.Status != fasthttp.StatusOK {
-		if envelope.RefusedQuestion(up.Status, up.Code) {
+		switch envelope.ClassOf(up.Status, up.Code) {
+		case envelope.ClassRefusal, envelope.ClassNoData:
 			return p.storeRefusal(s, r, key, up.Status, body)
+		case envelope.ClassFailure:
+			// Passed on only when no account and no stale copy could
+			// stand in: with a status that says failure (50013 "busy"
+			// comes with 200), never taken for an answer.
+			return &loaded{status: envelope.FailureStatus(up.Status, up.Code), code: up.Code, body: body}
 		}
 		return &loaded{status: up.Status, code: up.Code, body: body}
 	}
@@ -759,7 +765,9 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 }
 
 // storeRefusal caches an upstream envelope that refuses the question
-// (envelope.RefusedQuestion) for the route's negative time (its shortest TTL when it
+// (envelope.RefusedQuestion) or answers "no data" (envelope.NoData: 50040
+// "no data for this block height" and the like, like an empty answer) for
+// the route's negative time (its shortest TTL when it
 // has none), with its status: asked again, it is a hit, not one more call
 // of the quota. It has no stale windows, never stands in for a failure, and
 // stays on this node: the shared tier holds successes only.

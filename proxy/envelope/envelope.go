@@ -90,47 +90,45 @@ var (
 )
 
 // CredentialsRefused reports whether an upstream answer refuses the
-// account's credentials rather than the question: HTTP 401, or a code
-// of the explorer's authentication range, 50102 (timestamp) to 50113
-// (signature).
+// account rather than the question: HTTP 401, or a code of an account
+// failure in VendorCodes (the authentication range 50100-50125, and
+// 50007 blocked, 50012 invalid, 50030 no permission, 50043 frozen by risk
+// control... whatever HTTP status carries it).
 func CredentialsRefused(status int, code string) bool {
-	if status == fasthttp.StatusUnauthorized {
-		return true
-	}
-	n, err := strconv.Atoi(code)
-	return err == nil && n >= 50102 && n <= 50113
+	return ClassOf(status, code) == ClassAccount
 }
 
 // ReasonEnvelope: the upstream answered an error envelope (a code other than "0").
 const ReasonEnvelope = "upstream-envelope"
 
 // UpstreamFailing reports whether an upstream error envelope says the
-// upstream failed rather than that the question is wrong: a 5xx or 429
-// status, or a code of the server's side (50001 unavailable, 50004 timeout,
-// 50011 rate limited, 50026 system error). Only then may a stale copy stand
-// in for it.
+// upstream failed rather than that the question is wrong (ClassFailure: a
+// 5xx or 429 status, or a code of the server's side such as 50001
+// unavailable, 50004 timeout, 50011 rate limited, 50013 busy, 50026
+// system error, whatever status carries it). Only then may a stale copy
+// stand in for it.
 func UpstreamFailing(status int, code string) bool {
-	switch code {
-	case "50001", "50004", "50011", "50026":
-		return true
-	}
-	return status >= 500 || status == fasthttp.StatusTooManyRequests
+	return ClassOf(status, code) == ClassFailure
 }
 
 // RefusedQuestion reports whether an upstream envelope refuses the
-// question itself, so that asking again gets the same answer until the
-// chain moves: a parameter code (50014 missing, 50025 too many hashes,
-// 50036 malformed or out of range, e.g. a height below the reachable
-// window) with status 400 or 200. Such an answer is cached for the route's
-// negative time. Anything else that is not a success (5xx, 429, the
-// upstream's own failures 50001/50004/50011/50026, auth codes about the
-// edge's credentials, codes not listed) is never cached.
+// question itself (ClassRefusal: a parameter code such as 50014 missing,
+// 50025 too many hashes, 50036 malformed or out of range, e.g. a height
+// below the reachable window), so that asking again gets the same answer
+// until the chain moves. Such an answer is cached for the route's
+// negative time.
 func RefusedQuestion(status int, code string) bool {
-	switch code {
-	case "50014", "50025", "50036":
-		return status == fasthttp.StatusBadRequest || status == fasthttp.StatusOK
-	}
-	return false
+	return ClassOf(status, code) == ClassRefusal
+}
+
+// NoData reports whether an upstream envelope is a deterministic "no
+// data" answer to the question (ClassNoData: 50037 token does not exist,
+// 50038 chain not supported, 50039, 50040 no data for this block height,
+// 50044 data does not exist). Cached for the route's negative time like
+// an empty answer. Anything else that is not a success (failures,
+// account failures, codes outside VendorCodes) is never cached.
+func NoData(status int, code string) bool {
+	return ClassOf(status, code) == ClassNoData
 }
 
 // With returns a copy of e carrying cause and, if > 0, a Retry-After.

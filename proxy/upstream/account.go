@@ -142,17 +142,18 @@ func (u *account) reconfigure(cfg config.Upstream) {
 func (u *account) breakerOpen() bool { return u.breaker.State() == gobreaker.StateOpen }
 
 // retryable says whether another attempt may fare better, by the cause of
-// the failure: a timeout, an unreachable upstream, a 5xx or a broken
-// connection may pass; an answer that came malformed or too large would
-// come again the same, and a 429 or a spent budget is not the upstream
-// failing.
+// the failure: a timeout, an unreachable upstream, a 5xx, a broken
+// connection or an envelope saying the upstream failed (50013 "system
+// busy, please try again later") may pass; an answer that came malformed
+// or too large would come again the same, and a 429 or a spent budget is
+// not the upstream failing.
 func retryable(err error) bool {
 	var e *envelope.Error
 	if !errors.As(err, &e) {
 		return false
 	}
 	switch e.Reason {
-	case envelope.ErrTimeout.Reason, envelope.ErrUnreachable.Reason, envelope.ErrBadGateway.Reason:
+	case envelope.ErrTimeout.Reason, envelope.ErrUnreachable.Reason, envelope.ErrBadGateway.Reason, envelope.ErrFailingEnvelope.Reason:
 		return true
 	}
 	return false
@@ -237,7 +238,11 @@ func (u *account) judge(resp *fasthttp.Response, path string, status int, code s
 	switch {
 	case envelope.CredentialsRefused(status, code):
 		u.credentialsRefused(status, code)
-		return metrics.OutcomeCredentials, envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q to account %s", status, code, u.name), 0)
+		words := ""
+		if v := envelope.Vendor(code); v != nil {
+			words = " (" + v.Words + ")"
+		}
+		return metrics.OutcomeCredentials, envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q%s to account %s", status, code, words, u.name), 0)
 	case status == fasthttp.StatusNotFound:
 		// Whatever envelope came with it: the path asked is the API's, so
 		// the base_url is wrong. An upstream failure, counted and alerted
@@ -251,8 +256,12 @@ func (u *account) judge(resp *fasthttp.Response, path string, status int, code s
 	case code == "":
 		return metrics.OutcomeMalformed, envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
 	case envelope.UpstreamFailing(status, code):
+		// 50013 "system busy" with HTTP 200 too: the vendor's table, not
+		// the status, says the upstream failed.
 		return metrics.OutcomeErrorEnvelope, envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
 	case code != "0":
+		// A refusal, a "no data" answer or a code outside the vendor's
+		// table: the question's, passed to the request path.
 		return metrics.OutcomeErrorEnvelope, nil
 	}
 	u.recovered(sent)
@@ -270,8 +279,18 @@ func (u *account) credentialsRefused(status int, code string) {
 	if !ok {
 		return
 	}
-	u.log.Error("upstream credentials refused", "account", u.name, "status", status, "code", code, "suppressed", suppressed,
-		"what", "the upstream refused this account's api_key, passphrase or signature; its calls fail over to other accounts")
+	what := "the upstream refused this account's api_key, passphrase or signature; its calls fail over to other accounts"
+	vendor := ""
+	if v := envelope.Vendor(code); v != nil {
+		vendor = v.Words
+		if v.Status != fasthttp.StatusUnauthorized {
+			// Frozen, blocked, without permission: the keys may be
+			// right, the vendor holds the account back.
+			what = "the upstream refused this account (see vendor); its calls fail over to other accounts until the vendor or the operator acts"
+		}
+	}
+	u.log.Error("upstream credentials refused", "account", u.name, "status", status, "code", code, "vendor", vendor, "suppressed", suppressed,
+		"what", what)
 }
 
 // lockout is the time an upstream 429 forbids calls: set when the 429

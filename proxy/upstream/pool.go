@@ -348,7 +348,7 @@ func (pl *Pool) Fetch(f *Request) (Answer, error) {
 		}
 		backoff := jitter(cfg.RetryBackoff << attempt)
 		if time.Now().Add(backoff).After(deadline) {
-			return Answer{}, err
+			return passOn(a, err)
 		}
 		u.log.Debug("upstream retry", "route", r.Name, "account", u.name, "attempt", attempt+1, "backoff", backoff, "err", err)
 		avoid = nil

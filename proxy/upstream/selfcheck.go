@@ -108,6 +108,9 @@ func (pl *Pool) checkAccount(ctx context.Context, u *account, r *route.Route, ta
 		st.misconfigured, st.why = true, "the upstream answered 404, no such path: upstream.base_url is wrong"
 	case errors.As(err, &e) && e.Reason == envelope.ErrCredentials.Reason:
 		st.misconfigured, st.why = true, "the upstream refused the credentials (api_key, secret_key, passphrase)"
+		if e.Err != nil { // which code: frozen, blocked, without permission, the keys may be right
+			st.why += " or the account: " + e.Err.Error()
+		}
 	case errors.As(err, &e):
 		st.why = "the upstream failed: " + e.Msg
 	}
