@@ -64,8 +64,10 @@ func (c eventsCore) TopKeys(now int64) []admin.TopKey { return c.p.ops.top.Repor
 
 func (c eventsCore) Stream() config.Stream { return c.p.settings.Load().cfg.Stream }
 
+// ClientIP is the key the stream's per-IP cap counts: the client's
+// address grouped as every per-address limit groups it (ClientKey).
 func (c eventsCore) ClientIP(ctx *fasthttp.RequestCtx) netip.Addr {
-	return c.p.settings.Load().auth.ClientIP(ctx)
+	return c.p.settings.Load().auth.ClientKey(ctx)
 }
 
 func (c eventsCore) Now() time.Time { return c.p.clock() }

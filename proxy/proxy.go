@@ -889,11 +889,12 @@ func (p *Proxy) RetrySelfCheck(ctx context.Context, every time.Duration) {
 	p.up.RetrySelfCheck(ctx, p.settings.Load().chains[0], every)
 }
 
-// Listener guards ln with the connection caps of cfg (server.Guard); peers
-// in auth.trusted_proxies are exempt from the cap per address.
+// Listener guards ln with the connection caps of cfg (server.Guard); the
+// cap per address counts the groups of auth.ip_v6_prefix, and peers in
+// auth.trusted_proxies are exempt from it (admission's PeerKey).
 func (p *Proxy) Listener(ln net.Listener, cfg server.ListenerConfig) net.Listener {
-	return server.Guard(ln, cfg, p.metrics, p.log, func(ip netip.Addr) bool {
-		return p.settings.Load().auth.IsTrusted(ip.Unmap())
+	return server.Guard(ln, cfg, p.metrics, p.log, func(ip netip.Addr) (netip.Addr, bool) {
+		return p.settings.Load().auth.PeerKey(ip)
 	})
 }
 

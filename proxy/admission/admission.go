@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/ipgroup"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/upstream"
@@ -160,7 +161,7 @@ func (a *Rules) AdmitIP(ctx *fasthttp.RequestCtx, now time.Time) *envelope.Error
 	if a.ips == nil {
 		return nil
 	}
-	if ok, wait := a.ips.allow(ipKey(a.ClientIP(ctx), a.ipV6), a.ipRate, a.ipBurst, now); !ok {
+	if ok, wait := a.ips.allow(a.ClientKey(ctx).As16(), a.ipRate, a.ipBurst, now); !ok {
 		a.m.Reject(metrics.RejectRateLimit)
 		a.anon.Acct.Refused(metrics.RefusedRateLimit)
 		return errClientLimited.With(nil, envelope.CeilSeconds(wait))
@@ -205,6 +206,24 @@ func (a *Rules) verify(h *fasthttp.RequestHeader, now time.Time) (*Client, *enve
 		return nil, errAuthSign
 	}
 	return c, nil
+}
+
+// ClientKey is the key every per-address limit counts the request's
+// client under (auth.ip_rate, stream.max_per_ip): its address, an IPv6
+// one by its first auth.ip_v6_prefix bits (ipgroup.Key).
+func (a *Rules) ClientKey(ctx *fasthttp.RequestCtx) netip.Addr {
+	return ipgroup.Key(a.ClientIP(ctx), a.ipV6)
+}
+
+// PeerKey is the key server.max_conns_per_ip counts a connection from
+// peer under, the same group as ClientKey's; counted is false for a peer
+// of auth.trusted_proxies, whose connections carry many clients.
+func (a *Rules) PeerKey(peer netip.Addr) (key netip.Addr, counted bool) {
+	peer = peer.Unmap()
+	if a.IsTrusted(peer) {
+		return netip.Addr{}, false
+	}
+	return ipgroup.Key(peer, a.ipV6), true
 }
 
 // ClientIP is the peer address or, when the peer is a trusted proxy, the

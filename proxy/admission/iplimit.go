@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"explorer-edge/internal/ipgroup"
 )
 
 // ipLimiters is the per-client-IP rate limit of auth.mode off: a table of
@@ -122,15 +124,8 @@ func (l *ipLimiters) stats() (tracked, scanned int64) {
 	return tracked, scanned
 }
 
-// ipKey is the key an address is limited under: an IPv4 address (IPv4-mapped
-// IPv6 included) alone, an IPv6 address by its first v6Bits bits, since one
-// subscriber commonly holds a whole /64.
+// ipKey is the key an address is limited under, as 16 bytes: its group
+// (ipgroup.Key), the one every per-address limit counts.
 func ipKey(a netip.Addr, v6Bits int) [16]byte {
-	a = a.Unmap()
-	if a.Is6() && v6Bits < 128 {
-		if p, err := a.Prefix(v6Bits); err == nil {
-			a = p.Addr()
-		}
-	}
-	return a.As16()
+	return ipgroup.Key(a, v6Bits).As16()
 }

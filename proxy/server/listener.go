@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/config"
+	"explorer-edge/internal/ipgroup"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/tcpio"
@@ -26,7 +27,7 @@ import (
 type ListenerConfig struct {
 	Name          string // "public" or "admin": the listener label of metrics and logs
 	MaxConns      int    // connections open at once; beyond it a new one is refused; 0 = no cap
-	MaxConnsPerIP int    // connections open at once from one peer address; 0 = no cap
+	MaxConnsPerIP int    // connections open at once from one peer (its PeerKey); 0 = no cap
 	Gather        bool   // hand out tcpio.Conns (the public listener, unless server.plain_conns)
 	// HealthReserve is how many connections are taken beyond MaxConns, each
 	// to ask /healthz or /readyz once (healthOnly), so that connections
@@ -70,6 +71,13 @@ const (
 	refuseTimeout    = 100 * time.Millisecond
 )
 
+// PeerKey says what server.max_conns_per_ip counts a connection from peer
+// under: its group (ipgroup.Key with auth.ip_v6_prefix, the key of every
+// per-address limit), or nothing (counted false: a trusted proxy). It is
+// asked at each accept, so a reload applies to new connections; a
+// connection gives its place back under the key it took it with.
+type PeerKey func(peer netip.Addr) (key netip.Addr, counted bool)
+
 // Guard wraps ln for a fasthttp server so that neither a flood of
 // connections nor running out of descriptors stops it:
 //
@@ -78,9 +86,10 @@ const (
 //     under a flood of idle connections was enough. Here accept waits (5 ms,
 //     doubling to 1 s) and tries again; each failure is counted
 //     (accept_errors_total) and logged at most once per 10 s.
-//   - Beyond MaxConns open connections, or MaxConnsPerIP from one address
-//     (peers in auth.trusted_proxies excepted: a load balancer's
-//     connections all come from it), a new connection gets an envelope of
+//   - Beyond MaxConns open connections, or MaxConnsPerIP from one peer
+//     (one key of PeerKey: an IPv6 peer by its prefix; peers in
+//     auth.trusted_proxies excepted, a load balancer's connections all
+//     come from it), a new connection gets an envelope of
 //     the error table (503/50001 or 429/50011, Connection: close) and is
 //     closed at once: it costs a descriptor for microseconds, where
 //     fasthttp's own caps answer in plain text and its MaxConnsPerIP does
@@ -95,9 +104,12 @@ const (
 // A connection gives back its place when it is closed, after its
 // descriptor is. Serve the listener from one fasthttp server.
 //
-// exempt says which peers MaxConnsPerIP does not apply to (those of
-// auth.trusted_proxies).
-func Guard(ln net.Listener, cfg ListenerConfig, m *metrics.Metrics, log *slog.Logger, exempt func(netip.Addr) bool) net.Listener {
+// key says what MaxConnsPerIP counts a peer under; nil: ipgroup.Key with
+// the default prefix, every peer counted.
+func Guard(ln net.Listener, cfg ListenerConfig, m *metrics.Metrics, log *slog.Logger, key PeerKey) net.Listener {
+	if key == nil {
+		key = func(ip netip.Addr) (netip.Addr, bool) { return ipgroup.Key(ip, ipgroup.DefaultV6Bits), true }
+	}
 	l := &guardedListener{
 		Listener:     ln,
 		cfg:          cfg,
@@ -105,7 +117,7 @@ func Guard(ln net.Listener, cfg ListenerConfig, m *metrics.Metrics, log *slog.Lo
 		closed:       make(chan struct{}),
 		hold:         cmp.Or(cfg.HealthHold, HealthHold),
 		perIP:        map[netip.Addr]int{},
-		exempt:       exempt,
+		key:          key,
 		acceptErrors: m.AcceptErrors.WithLabelValues(cfg.Name),
 		refusedMax:   m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns"),
 		refusedIP:    m.ConnsRefused.WithLabelValues(cfg.Name, "max_conns_per_ip"),
@@ -125,8 +137,8 @@ type guardedListener struct {
 	log       *slog.Logger
 	closed    chan struct{} // closed by Close: a waiting Accept stops waiting
 	closeOnce sync.Once
-	exempt    func(netip.Addr) bool // peers MaxConnsPerIP does not apply to
-	hold      time.Duration         // how long a connection of the health reserve lives
+	key       PeerKey       // what MaxConnsPerIP counts a peer under
+	hold      time.Duration // how long a connection of the health reserve lives
 
 	acceptErrors, refusedMax, refusedIP prometheus.Counter
 	open                                prometheus.Gauge
@@ -215,9 +227,8 @@ func (l *guardedListener) acceptFailed(err error) {
 }
 
 // admit takes a place for a new connection from ip, or returns the answer
-// that refuses it. counted is ip if the connection counts toward its
-// address's cap, else the zero Addr; health is a place of the health
-// reserve.
+// that refuses it. counted is ip's key if the connection counts toward
+// its cap, else the zero Addr; health is a place of the health reserve.
 func (l *guardedListener) admit(ip netip.Addr) (counted netip.Addr, health bool, refuse []byte) {
 	if n := l.n.Add(1); l.cfg.MaxConns > 0 && n > int64(l.cfg.MaxConns) {
 		l.n.Add(-1)
@@ -229,18 +240,20 @@ func (l *guardedListener) admit(ip netip.Addr) (counted netip.Addr, health bool,
 		l.refusedMax.Inc()
 		return netip.Addr{}, false, l.answerMax
 	}
-	if l.cfg.MaxConnsPerIP > 0 && ip.IsValid() && !l.exempt(ip) {
-		l.mu.Lock()
-		k := l.perIP[ip]
-		if k >= l.cfg.MaxConnsPerIP {
+	if l.cfg.MaxConnsPerIP > 0 && ip.IsValid() {
+		if key, ok := l.key(ip); ok {
+			l.mu.Lock()
+			k := l.perIP[key]
+			if k >= l.cfg.MaxConnsPerIP {
+				l.mu.Unlock()
+				l.n.Add(-1)
+				l.refusedIP.Inc()
+				return netip.Addr{}, false, l.answerIP
+			}
+			l.perIP[key] = k + 1
 			l.mu.Unlock()
-			l.n.Add(-1)
-			l.refusedIP.Inc()
-			return netip.Addr{}, false, l.answerIP
+			counted = key
 		}
-		l.perIP[ip] = k + 1
-		l.mu.Unlock()
-		counted = ip
 	}
 	l.open.Inc()
 	return counted, false, nil

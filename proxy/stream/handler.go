@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"explorer-edge/internal/ipgroup"
 	"explorer-edge/proxy/envelope"
 )
 
@@ -123,7 +124,7 @@ func (h *Hub) clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
 		return h.opt.ClientIP(ctx)
 	}
 	ip, _ := netip.AddrFromSlice(ctx.RemoteIP())
-	return ip.Unmap()
+	return ipgroup.Key(ip, ipgroup.DefaultV6Bits)
 }
 
 // parseChains reads the chains parameter: every value, comma-separated,

@@ -62,8 +62,10 @@ type Options struct {
 	// browsers of a drained node do not all come back in the same
 	// instant; also the Retry-After of a refusal. 0: 3s.
 	RetryHint time.Duration
-	// ClientIP is the address MaxPerIP counts. nil: the connection's
-	// peer (ctx.RemoteIP()); behind a proxy, give the admission's.
+	// ClientIP is the key MaxPerIP counts a stream under: the client's
+	// address, an IPv6 one grouped by its prefix (ipgroup.Key), as every
+	// per-address limit counts it. nil: the connection's peer, IPv6 by
+	// /64; behind a proxy, give the admission's (ClientKey).
 	ClientIP func(ctx *fasthttp.RequestCtx) netip.Addr
 	// OnListen is told when a chain gets its first subscriber (true) and
 	// loses its last (false), so that a poller runs only while someone
