@@ -36,10 +36,12 @@ func main() { os.Exit(cli(os.Args[1:], os.Stdout, os.Stderr)) }
 const mainUsage = `usage: explorer-edge [-config FILE] [-check-config | -healthcheck [-healthcheck-path P] | -version]
        explorer-edge purge [-admin URL] [-token-file F] [-soft] SELECTOR
        explorer-edge inspect [-admin URL] [-token-file F] (-url URI | -top N | -config)
+       explorer-edge doctor [-config FILE] [-json] [-chain C] [-token ADDR] [-cross-hash H]
 The first form serves (or checks the configuration, or asks a running
 edge's admin port whether it is alive). purge drops cached answers and
 inspect tells what the edge holds for a URL, on a running edge's admin
-port; each says more with -h.
+port; doctor asks the configured upstream which reading it has of each
+point the explorer's documentation leaves open; each says more with -h.
 `
 
 // cli is the command line: it returns the exit status. A start that fails
@@ -51,6 +53,9 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "inspect" {
 		return inspectCmd(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "doctor" {
+		return doctorCmd(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("explorer-edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
