@@ -208,7 +208,8 @@ type Store struct {
 	// finals are the finalized heights kept in the file (Finals, Track).
 	finals finals
 	// broken: the file's structure is corrupt; nothing is read or written.
-	broken atomic.Bool
+	// brokenMarked: its mark was written, so the next Open starts empty.
+	broken, brokenMarked atomic.Bool
 
 	hits, misses, writes, drops, writeErrors atomic.Int64
 	evictions, expired, corrupt, deleted     atomic.Int64
@@ -475,6 +476,7 @@ func (s *Store) stop(err error) {
 	s.log.Error("disk cache: file corrupt; the disk tier is off until restart", "path", s.path, "err", err)
 	if f, err := openNoFollow(filepath.Join(filepath.Dir(s.path), brokenMark), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err == nil {
 		f.Close()
+		s.brokenMarked.Store(true)
 	}
 }
 
@@ -551,7 +553,12 @@ func (s *Store) Delete(match func(*cache.Entry) bool) (int, error) {
 		return 0, errors.New("disk cache: closed")
 	}
 	if s.broken.Load() {
-		return 0, nil // nothing is read from a broken file, and the next Open starts empty
+		// Nothing is read from a broken file, and the next Open starts
+		// empty if the mark was written.
+		if !s.brokenMarked.Load() {
+			return 0, fmt.Errorf("disk cache: the file is corrupt and could not be marked: remove %s before a restart", s.path)
+		}
+		return 0, nil
 	}
 	var n int
 	err := s.commit(func(w *txn) error {
