@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	"explorer-edge/config"
 	"explorer-edge/proxy/doctor"
 )
 
@@ -48,6 +49,9 @@ func doctorCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "explorer-edge doctor: %s: %v\n", *path, err)
 		return 2
+	}
+	for _, w := range config.Warnings(&cfg) {
+		fmt.Fprintln(stderr, "warning: "+w)
 	}
 	if *chain != "" && !served(cfg.Chains, *chain) {
 		fmt.Fprintf(stderr, "explorer-edge doctor: -chain %q is not one of chains (%s)\n", *chain, strings.Join(cfg.Chains, ", "))

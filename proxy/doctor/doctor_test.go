@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,74 @@ func TestDoctorBusyIsUnsafe(t *testing.T) {
 	rep := examine(t, s, edgeConfig(s.URL(), sim.DemoCredentials()))
 	if got := readings(rep); !rep.Unsafe || got[PointUpstream] != "failing" || got[PointHeight] == "height-at" || got[PointHeight] == "height-down" {
 		t.Fatalf("50013 on every call: unsafe %v, readings %v", rep.Unsafe, got)
+	}
+}
+
+// serveWrapped serves h on a free port, closed at the end of the test.
+func serveWrapped(t *testing.T, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	done := make(chan struct{})
+	go func() { defer close(done); hs.Serve(ln) }()
+	t.Cleanup(func() { hs.Close(); <-done })
+	return "http://" + ln.Addr().String()
+}
+
+// TestDoctorClockSkew: the upstream's Date 10 s off this host's clock is a
+// warning, 40 s off is unsafe (the upstream refuses a timestamp 30 s off
+// its clock), and either way is named with the direction.
+func TestDoctorClockSkew(t *testing.T) {
+	s := startSim(t, "today", sim.Faults{})
+	for _, c := range []struct {
+		off      time.Duration
+		severity string
+		says     string
+	}{
+		{0, OK, ""},
+		{10 * time.Second, Warn, "ahead of"},
+		{-40 * time.Second, Unsafe, "behind"},
+	} {
+		base := serveWrapped(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Date", time.Now().Add(c.off).UTC().Format(http.TimeFormat))
+			s.ServeHTTP(w, r)
+		}))
+		rep := examine(t, s, edgeConfig(base, sim.DemoCredentials()))
+		if readings(rep)[PointClock] == "" {
+			t.Errorf("Date %s off: no clock finding", c.off)
+		}
+		for _, f := range rep.Findings {
+			if f.Point != PointClock {
+				continue
+			}
+			if f.Severity != c.severity || !strings.Contains(f.Evidence, c.says) || rep.Unsafe != (c.severity == Unsafe) {
+				t.Errorf("Date %s off: %s %s %q, report unsafe %v", c.off, f.Severity, f.Reading, f.Evidence, rep.Unsafe)
+			}
+		}
+	}
+}
+
+// TestDoctorHeightIgnored: an upstream that answers the newest blocks
+// whatever height is asked (here explorer-sim behind a proxy that drops
+// height) would have the edge cache one height's answer under another:
+// unsafe.
+func TestDoctorHeightIgnored(t *testing.T) {
+	s := sim.New(sim.Config{})
+	t.Cleanup(func() { s.Close() })
+	base := serveWrapped(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if strings.HasSuffix(r.URL.Path, "/block-list") && q.Has("height") {
+			q.Del("height")
+			r.URL.RawQuery = q.Encode()
+			r.RequestURI = r.URL.RequestURI()
+		}
+		s.ServeHTTP(w, r)
+	}))
+	rep := Run(context.Background(), Options{Config: edgeConfig(base, sim.DemoCredentials())})
+	if got := readings(rep); !rep.Unsafe || got[PointHeight] != "height-ignored" {
+		t.Fatalf("height ignored: unsafe %v, readings %v", rep.Unsafe, got)
 	}
 }
