@@ -442,12 +442,11 @@ func (b *batcher) call(s *settings, g *batchGroup, ask []int) (map[string][]byte
 	p.up.Release(w, len(up.Body))
 	if err == nil && (up.Code != "0" || up.Status != fasthttp.StatusOK) {
 		msg, _ := jsonparser.GetString(up.Body, "msg")
-		failing := envelope.UpstreamFailing(up.Status, up.Code)
-		status := up.Status
-		if failing { // 50013 "busy" with 200: a failure, never taken for an answer
-			status = envelope.FailureStatus(up.Status, up.Code)
+		if envelope.UpstreamFailing(up.Status, up.Code) { // 50013 "busy" with 200: a failure, never taken for an answer
+			err = envelope.Failure(up.Status, up.Code)
+		} else {
+			err = &envelope.Error{Status: up.Status, Code: up.Code, Msg: msg, Reason: envelope.ReasonEnvelope, Answered: true}
 		}
-		err = &envelope.Error{Status: status, Code: up.Code, Msg: msg, Reason: envelope.ReasonEnvelope, Answered: !failing}
 	}
 	if err != nil {
 		return nil, err

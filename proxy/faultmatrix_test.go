@@ -58,7 +58,7 @@ var matrixFaults = []matrixFault{
 	{name: "latency-spike", faults: sim.Faults{Latency: 2 * time.Second}, status: 504, code: "50004", reason: "timeout"},
 	{name: "http500", faults: sim.Faults{HTTP500: 1}, status: 502, code: "50026", reason: "upstream-error"},
 	{name: "http429", faults: sim.Faults{HTTP429: 1, RetryAfter: 1}, status: 503, code: "50001", reason: "quota"},
-	{name: "envelope", faults: sim.Faults{Envelope: 1}, status: 500, code: "50026", reason: "upstream-envelope"}, // passed on with the vendor's status for 50026
+	{name: "envelope", faults: sim.Faults{Envelope: 1}, status: 502, code: "50026", reason: "upstream-envelope"}, // the edge's own failure, not the envelope with 200
 	{name: "envelope-client-code", faults: sim.Faults{Envelope: 1, EnvelopeCode: "50036"}, status: 200, code: "50036", answered: true},
 	{name: "hang", faults: sim.Faults{Hang: 1}, status: 504, code: "50004", reason: "timeout"},
 	{name: "drop", faults: sim.Faults{Drop: 1}, status: 502, code: "50026", reason: "upstream-error"},

@@ -740,10 +740,11 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 		case envelope.ClassRefusal, envelope.ClassNoData:
 			return p.storeRefusal(s, r, key, up.Status, body)
 		case envelope.ClassFailure:
-			// Passed on only when no account and no stale copy could
-			// stand in: with a status that says failure (50013 "busy"
-			// comes with 200), never taken for an answer.
-			return &loaded{status: envelope.FailureStatus(up.Status, up.Code), code: up.Code, body: body}
+			// No account and no stale copy could stand in: the edge's
+			// own failure, never the upstream's envelope as an answer
+			// (50013 "busy" comes with 200).
+			e := envelope.Failure(up.Status, up.Code)
+			return &loaded{status: e.Status, code: e.Code, body: envelope.Append(nil, e.Code, e.Msg)}
 		}
 		return &loaded{status: up.Status, code: up.Code, body: body}
 	}

@@ -388,7 +388,7 @@ func TestUpstreamFailureEnvelopeIsNeverCached(t *testing.T) {
 		faults sim.Faults
 		status int
 	}{
-		{"envelope-50026", sim.Faults{Envelope: 1}, 500}, // with 200 from the sim: passed on with the vendor's status for 50026
+		{"envelope-50026", sim.Faults{Envelope: 1}, 502}, // with 200 from the sim: the edge's own failure
 		{"http500", sim.Faults{HTTP500: 1}, 502},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

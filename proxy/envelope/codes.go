@@ -1,6 +1,10 @@
 package envelope
 
-import "github.com/valyala/fasthttp"
+import (
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+)
 
 // Class is what an upstream error envelope means for the edge: whose
 // fault it is, whether another account or a stale copy may stand in, and
@@ -154,20 +158,27 @@ func ClassOf(status int, code string) Class {
 	return ClassUnknown
 }
 
-// FailureStatus is the HTTP status a failure envelope of code that came
-// with status is passed on with when nothing stands in for it: its own if
-// it says failure (5xx), else the vendor's status for the code if that
-// does, else 503 (50013 "system busy" comes with 200, 50004 with 400: a
-// client must not take them for an answer or for its own mistake).
-func FailureStatus(status int, code string) int {
-	if status >= 500 {
-		return status
+// Failure is the edge's own failure for an upstream envelope of status
+// and code that says the upstream failed (ClassFailure) when no other
+// account and no stale copy could stand in: the envelope of the edge's
+// error table for that failure (README, Errors), naming the upstream's
+// code and words, never the upstream's envelope as if it were an answer
+// (50013 "system busy" comes with HTTP 200): 504 50004 for the
+// upstream's timeout, 503 50001 for "unavailable, busy, too many
+// requests: try again later", 502 50026 for the rest.
+func Failure(status int, code string) *Error {
+	e := *ErrFailingEnvelope
+	switch code {
+	case "50004":
+		e.Status, e.Code, e.Msg = ErrTimeout.Status, ErrTimeout.Code, ErrTimeout.Msg
+	case "50001", "50011", "50013":
+		e.Status, e.Code, e.Msg = ErrUnreachable.Status, ErrUnreachable.Code, "Service temporarily unavailable"
 	}
-	if v := vendorCodes[code]; v != nil && v.Status >= 500 {
-		return v.Status
+	e.Msg += ": the upstream answered " + code
+	if v := vendorCodes[code]; v != nil {
+		e.Msg += " (" + v.Words + ")"
+	} else {
+		e.Msg += " with HTTP " + strconv.Itoa(status)
 	}
-	if code == "50004" {
-		return fasthttp.StatusGatewayTimeout
-	}
-	return fasthttp.StatusServiceUnavailable
+	return &e
 }

@@ -1,6 +1,9 @@
 package envelope
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestVendorCodesClassed: every code of the vendor's table is there once,
 // with a class, and an envelope is classed by its code whatever HTTP
@@ -52,12 +55,15 @@ func TestVendorCodesClassed(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		status int
-		code   string
-		want   int
-	}{{200, "50013", 503}, {200, "50026", 500}, {200, "50001", 503}, {400, "50004", 504}, {410, "50005", 503}, {502, "50013", 502}} {
-		if got := FailureStatus(c.status, c.code); got != c.want {
-			t.Errorf("FailureStatus(%d, %s) = %d, want %d", c.status, c.code, got, c.want)
+		status     int
+		code       string
+		wantStatus int
+		wantCode   string
+	}{{200, "50013", 503, "50001"}, {200, "50026", 502, "50026"}, {200, "50001", 503, "50001"}, {400, "50004", 504, "50004"},
+		{410, "50005", 502, "50026"}, {429, "50036", 502, "50026"}} {
+		e := Failure(c.status, c.code)
+		if e.Status != c.wantStatus || e.Code != c.wantCode || e.Reason != ReasonEnvelope || !strings.Contains(e.Msg, "upstream answered "+c.code) {
+			t.Errorf("Failure(%d, %s) = %d %s %q (%s), want %d %s naming the upstream's code", c.status, c.code, e.Status, e.Code, e.Msg, e.Reason, c.wantStatus, c.wantCode)
 		}
 	}
 }
