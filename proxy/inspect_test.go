@@ -420,11 +420,12 @@ func TestInspectConfig(t *testing.T) {
 	const redisPassword = "redis-password-never-shown-0001"
 	const clientSecret = "client-secret-never-shown-00002"
 	const clientPass = "client-passphrase-never-shown-3"
+	const clientKey = "client-api-key-shown-by-prefix-4"
 	h := newHarness(t, withPurgeToken, func(c *config.Config, _ *sim.Config) {
 		c.Shared.RedisPassword = redisPassword
 		// Never dialed: the harness wires no tracer.
 		c.Tracing.OTLPEndpoint = "http://edge:" + redisPassword + "@collector.example:4318"
-		c.Auth.Clients = []config.Client{{Name: "web", APIKey: "web-key", SecretKey: clientSecret, Passphrase: clientPass, Rate: 10, Burst: 10}}
+		c.Auth.Clients = []config.Client{{Name: "web", APIKey: clientKey, SecretKey: clientSecret, Passphrase: clientPass, Rate: 10, Burst: 10}}
 	})
 	start := h.clock.Now()
 	type configAnswer struct {
@@ -446,10 +447,14 @@ func TestInspectConfig(t *testing.T) {
 		return env.Data[0], string(r.body)
 	}
 	got, body := get()
-	for _, secret := range []string{sim.DemoSecretKey, sim.DemoPassphrase, testPurgeToken, redisPassword, clientSecret, clientPass} {
+	for _, secret := range []string{sim.DemoSecretKey, sim.DemoPassphrase, testPurgeToken, redisPassword, clientSecret, clientPass,
+		sim.DemoAPIKey, clientKey} { // api keys: a prefix at most
 		if strings.Contains(body, secret) {
 			t.Errorf("/config shows a secret (%.6s...)", secret)
 		}
+	}
+	if !strings.Contains(body, `"api_key":"clie…"`) {
+		t.Errorf("/config does not show the client's api key by its prefix:\n%s", body)
 	}
 	var shown struct {
 		Tracing struct {
@@ -477,7 +482,7 @@ func TestInspectConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if shown.Upstream.SecretKey != "xxxxx" || shown.Shared.RedisPassword != "xxxxx" || shown.Admin.PurgeToken != "xxxxx" || shown.Shared.RedisUsername != "" ||
-		shown.Tracing.OTLPEndpoint != "http://xxxxx@collector.example:4318" || shown.Upstream.BaseURL != h.cfg.Upstream.BaseURL || shown.Upstream.APIKey != sim.DemoAPIKey ||
+		shown.Tracing.OTLPEndpoint != "http://xxxxx@collector.example:4318" || shown.Upstream.BaseURL != h.cfg.Upstream.BaseURL || shown.Upstream.APIKey != config.ShownKey(sim.DemoAPIKey) ||
 		shown.Upstream.Timeout != "2s" || shown.Cache.MaxBytes != 64<<20 || shown.Admin.TopSample != 64 {
 		t.Errorf("shown: %+v", shown)
 	}

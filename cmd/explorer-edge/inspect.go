@@ -17,7 +17,7 @@ import (
 const inspectUsage = `usage: explorer-edge inspect [-admin URL] [-token-file F] (-url URI | -top N | -config)
   -url URI     what the edge holds for one request, as a client sends it (GET /cache)
   -top N       the N most-asked keys of the last minutes (GET /cache/top)
-  -config      the configuration in force, secrets redacted, its hash and last reload (GET /config)
+  -config      the configuration in force (secrets redacted, api keys by prefix), its hash and last reload (GET /config)
 The token (admin.purge_token) is read from -token-file, else from
 EDGE_ADMIN__PURGE_TOKEN. The edge's JSON answer is printed indented.
 `

@@ -74,7 +74,8 @@ func TestInspectCommand(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("-config: exit %d %s", code, errOut)
 		}
-		for _, secret := range []string{sim.DemoSecretKey, sim.DemoPassphrase, token} {
+		// The api key too: a prefix at most.
+		for _, secret := range []string{sim.DemoSecretKey, sim.DemoPassphrase, token, sim.DemoAPIKey} {
 			if strings.Contains(out, secret) {
 				t.Fatalf("-config shows a secret (%.6s...):\n%s", secret, out)
 			}
