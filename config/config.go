@@ -244,9 +244,12 @@ type Auth struct {
 	// each, allocated at start; rounded up to a multiple of 8). When it is
 	// full, a new address takes the place of the one whose bucket is fullest.
 	IPMaxTracked int `koanf:"ip_max_tracked"`
-	// IPv6Prefix is how many leading bits of an IPv6 address share one
-	// bucket: 64 (the default) limits a subscriber's /64 as one client, as
-	// one host commonly holds all of it; 128 limits each address.
+	// IPv6Prefix is how many leading bits of an IPv6 address count as one
+	// client for every per-address limit (ip_rate's bucket,
+	// stream.max_per_ip, server.max_conns_per_ip: internal/ipgroup): 64
+	// (the default) counts a subscriber's /64 as one client, as one host
+	// commonly holds all of it; 128 counts each address. It stays here
+	// rather than under server: the rate was its first user.
 	IPv6Prefix int `koanf:"ip_v6_prefix"`
 }
 
