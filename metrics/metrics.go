@@ -107,8 +107,12 @@ const (
 	numOutcomes
 )
 
-// Codes are the envelope codes counted by requests_total; others count as "other".
-var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50025", "50026", "50036",
+// Codes are the envelope codes counted by requests_total; others count as
+// "other": the edge's own, and the upstream's refusals and "no data"
+// answers a client may be served (envelope.VendorCodes, ClassRefusal and
+// ClassNoData).
+var Codes = []string{"0", "404", "50001", "50004", "50011", "50014", "50015", "50016", "50024", "50025", "50026", "50036",
+	"50037", "50038", "50039", "50040", "50041", "50042", "50044", "50045",
 	"50102", "50103", "50104", "50105", "50106", "50107", "50111", "50112", "50113", "50115", "other"}
 
 // Rejection reasons (client_rejections_total).

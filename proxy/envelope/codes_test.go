@@ -1,8 +1,11 @@
 package envelope
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"explorer-edge/metrics"
 )
 
 // TestVendorCodesClassed: every code of the vendor's table is there once,
@@ -18,6 +21,9 @@ func TestVendorCodesClassed(t *testing.T) {
 		seen[v.Code] = true
 		if v.Class == ClassUnknown || v.Words == "" || v.Status == 0 {
 			t.Errorf("code %s: class %v, words %q, status %d", v.Code, v.Class, v.Words, v.Status)
+		}
+		if (v.Class == ClassRefusal || v.Class == ClassNoData) && !slices.Contains(metrics.Codes, v.Code) {
+			t.Errorf("code %s is served to clients (%v) but requests_total counts it as \"other\"", v.Code, v.Class)
 		}
 		if got := ClassOf(v.Status, v.Code); got != v.Class {
 			t.Errorf("ClassOf(%d, %s) = %v, want its own class %v", v.Status, v.Code, got, v.Class)
