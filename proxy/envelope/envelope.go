@@ -53,8 +53,10 @@ func Invalid(p, why string) *Error {
 	return &Error{Status: 400, Code: "50036", Msg: "Parameter " + p + " error: " + why}
 }
 
+// TooMany is 50025 with HTTP 200, the vendor's status for it (its error
+// table: "Parameter {0} count exceeds the limit {1}", 200).
 func TooMany(p string, n int) *Error {
-	return &Error{Status: 400, Code: "50025", Msg: "Parameter " + p + " error: at most " + strconv.Itoa(n) + " hashes"}
+	return &Error{Status: 200, Code: "50025", Msg: "Parameter " + p + " error: at most " + strconv.Itoa(n) + " hashes"}
 }
 
 var (
