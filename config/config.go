@@ -172,6 +172,12 @@ type Upstream struct {
 	// with Retry-After: no call leaves before min(Retry-After,
 	// max_retry_after). A reload ends a lock-out.
 	MaxRetryAfter time.Duration `koanf:"max_retry_after"`
+	// PositionListMaxLimit is the largest position-list limit the edge
+	// accepts and forwards: the vendor's Chinese page says 100, its English
+	// page 50 (docs/explorer-readings.md). Above it the edge refuses the
+	// question itself (400/50036); an upstream that refuses a limit below it
+	// is answered once and its refusal cached for the negative time.
+	PositionListMaxLimit int `koanf:"position_list_max_limit"`
 
 	// Each secret can instead be read from a file (a mounted Kubernetes
 	// Secret, a Docker secret): its whole content, trailing newline
@@ -193,6 +199,10 @@ type Upstream struct {
 // APIPath is the path of the explorer API below upstream.base_url: the
 // edge's routes (/api/v5/...) are sent as they are asked.
 const APIPath = "/api/v5"
+
+// MaxPositionListLimit bounds upstream.position_list_max_limit: a page of
+// holders beyond it would be no page (the reachable window is 10000).
+const MaxPositionListLimit = 1000
 
 // MaxAccounts bounds upstream.accounts: each is a metric label.
 const MaxAccounts = 15
@@ -280,6 +290,12 @@ type Cache struct {
 	StaleWhileRevalidate PerClass      `koanf:"stale_while_revalidate"`
 	StaleIfError         time.Duration `koanf:"stale_if_error"` // serve stale while the upstream fails
 	BatchWindow          time.Duration `koanf:"batch_window"`   // gather per-hash misses into one upstream call
+	// CrossChainSettle is how old a cross-chain record's updateTime (the
+	// vendor's "last update time of the record") must be, when the answer
+	// is asked, for the record to be final: a record updated since may
+	// still change, and is cached as head (short). 0 = a record with a
+	// status is final at once, whatever its updateTime.
+	CrossChainSettle time.Duration `koanf:"cross_chain_settle"`
 	// Policy is "finality" (TTL by how settled each answer is) or "route"
 	// (one TTL per route: the shortest of its classes), for comparison.
 	Policy string `koanf:"policy"`
@@ -396,6 +412,8 @@ func Default() Config {
 			BreakerFailures:  5,
 			BreakerOpenFor:   5 * time.Second,
 			MaxRetryAfter:    60 * time.Second,
+			// The vendor's Chinese page; its English page says 50.
+			PositionListMaxLimit: 100,
 		},
 		Auth: Auth{Mode: "off", MaxSkew: 30 * time.Second, IPMaxTracked: 100_000, IPv6Prefix: 64},
 		Cache: Cache{
@@ -404,8 +422,11 @@ func Default() Config {
 			StaleWhileRevalidate: PerClass{Head: time.Second, Final: 30 * time.Second, Volatile: 30 * time.Second, Negative: 5 * time.Second},
 			StaleIfError:         10 * time.Minute,
 			BatchWindow:          2 * time.Millisecond,
-			Policy:               "finality",
-			TTL:                  map[string]PerClass{},
+			// Twice the longest the vendor's records were seen to move
+			// after their status (explorer-sim's update-moves: 5 minutes).
+			CrossChainSettle: 10 * time.Minute,
+			Policy:           "finality",
+			TTL:              map[string]PerClass{},
 		},
 		Server: Server{
 			ReadTimeout:    10 * time.Second,

@@ -201,6 +201,9 @@ func (c *Config) checkUpstreamCalls(v *validator) {
 	}
 	v.positive("upstream.breaker_open_for", u.BreakerOpenFor)
 	v.positive("upstream.max_retry_after", u.MaxRetryAfter)
+	if u.PositionListMaxLimit < 1 || u.PositionListMaxLimit > MaxPositionListLimit {
+		v.bad("upstream.position_list_max_limit: must be 1 to %d, got %d", MaxPositionListLimit, u.PositionListMaxLimit)
+	}
 }
 
 func (c *Config) checkAuth(v *validator) {
@@ -284,6 +287,7 @@ func (c *Config) checkCache(v *validator) {
 		}
 	}
 	v.positive("cache.batch_window", ca.BatchWindow)
+	v.nonNegative("cache.cross_chain_settle", ca.CrossChainSettle)
 	c.checkDisk(v)
 	if ca.Policy != "finality" && ca.Policy != "route" {
 		v.bad("cache.policy: %q is neither \"finality\" nor \"route\"", ca.Policy)

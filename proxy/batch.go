@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,9 +26,28 @@ import (
 // one upstream call for the rest (docs/design.md, per-hash batches). Misses of concurrent
 // requests are gathered for a short window into calls of up to 20 hashes.
 
-// errUnmapped: the upstream answered a record whose id matches no hash
-// asked; the request is then fetched and cached whole.
+// errUnmapped: the upstream answered a record that names no hash asked in
+// any field that holds one (recordHashFields); the call's answer is then
+// the question's whole answer when it asked the question's hashes and
+// only them, else the question is fetched whole (serveBatch).
 var errUnmapped = errors.New("batch answer has a record for a hash not asked")
+
+// unmappedError is errUnmapped with the answer that was not filed: the
+// upstream's answer to the hashes asked, as they were asked, at sent.
+type unmappedError struct {
+	body  []byte
+	asked []string
+	sent  time.Time
+}
+
+func (e *unmappedError) Error() string        { return errUnmapped.Error() }
+func (e *unmappedError) Is(target error) bool { return target == errUnmapped }
+
+// unmappedHold is how long a chain's per-hash questions are asked whole
+// after one of its batch answers could not be filed: an upstream whose
+// records name the hash asked in no field known would otherwise have
+// every question that shares a call with another one asked twice.
+const unmappedHold = 10 * time.Minute
 
 // hashCall is one hash being fetched; requests that miss it wait on done.
 type hashCall struct {
@@ -53,10 +73,13 @@ type batcher struct {
 	mu     sync.Mutex
 	open   map[string]*batchGroup // by chain: the group still gathering
 	flying map[string]*hashCall   // by hash key: fetches under way
+	// whole: by chain, until when (ns) its questions are asked whole,
+	// after an answer that could not be filed per hash (unmappedHold).
+	whole map[string]int64
 }
 
 func newBatcher(p *Proxy, window time.Duration) *batcher {
-	b := &batcher{p: p, open: map[string]*batchGroup{}, flying: map[string]*hashCall{}}
+	b := &batcher{p: p, open: map[string]*batchGroup{}, flying: map[string]*hashCall{}, whole: map[string]int64{}}
 	b.window.Store(int64(window))
 	return b
 }
@@ -68,6 +91,11 @@ func newBatcher(p *Proxy, window time.Duration) *batcher {
 // windows, and it stands in for a failure.
 func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whole *cache.Entry, start, now time.Time) {
 	chain := string(q.Chain)
+	if p.work.batch.wholeOnly(chain, now) {
+		a, leader, err := p.load(s, q.request(whole != nil, false))
+		p.answer(ctx, s, q, whole, a, leader, err, start)
+		return
+	}
 	parts := p.lookupParts(s, q, now)
 	p.refreshParts(s, chain, parts.stale, q.tenant)
 	t0 := time.Now()
@@ -75,11 +103,22 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	if len(parts.need) > 0 { // the wait for the missing hashes' call
 		p.noteUpstream(ctx, s, time.Since(t0))
 	}
-	if errors.Is(err, errUnmapped) {
-		// Never serve one hash's record for another: fall back to the
-		// request whole, cached under its own key.
+	var unmapped *unmappedError
+	if errors.As(err, &unmapped) {
+		// Never serve one hash's record for another. The call's answer is
+		// this question's whole answer when it asked this question's
+		// hashes and only them: cached under the question's own key,
+		// not asked again. Else the question is fetched whole, and the
+		// chain's questions are asked whole for a while (unmappedHold).
 		p.metrics.BatchUnmapped.Inc()
-		a, leader, err := p.load(s, q.request(whole != nil, false))
+		p.work.batch.holdWhole(chain, now)
+		f := q.request(whole != nil, false)
+		if len(parts.need) == len(parts.hashes) && sameHashes(unmapped.asked, parts.hashes) {
+			a := p.store(s, f, unmapped.sent, upstream.Answer{Status: fasthttp.StatusOK, Code: "0", Body: unmapped.body})
+			p.answer(ctx, s, q, whole, a, true, nil, start)
+			return
+		}
+		a, leader, err := p.load(s, f)
 		p.answer(ctx, s, q, whole, a, leader, err, start)
 		return
 	}
@@ -97,6 +136,41 @@ func (p *Proxy) serveBatch(ctx *fasthttp.RequestCtx, s *settings, q *query, whol
 	}
 	p.writeEntry(ctx, s, q, assembled, now, st)
 	p.answered(ctx, s, q.Route.ID, result, "0", start)
+}
+
+// wholeOnly reports whether chain's per-hash questions are asked whole at
+// now (holdWhole).
+func (b *batcher) wholeOnly(chain string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	until, ok := b.whole[chain]
+	if ok && now.UnixNano() >= until {
+		delete(b.whole, chain)
+		return false
+	}
+	return ok
+}
+
+// holdWhole has chain's per-hash questions asked whole for unmappedHold
+// from now.
+func (b *batcher) holdWhole(chain string, now time.Time) {
+	b.mu.Lock()
+	b.whole[chain] = now.Add(unmappedHold).UnixNano()
+	b.mu.Unlock()
+}
+
+// sameHashes reports whether a and b hold the same hashes, in any order
+// (each list has no hash twice).
+func sameHashes(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, h := range a {
+		if !slices.Contains(b, h) {
+			return false
+		}
+	}
+	return true
 }
 
 // batchParts is what the item cache, the disk and the shared tier hold of one
@@ -382,6 +456,10 @@ func (b *batcher) send(s *settings, g *batchGroup) {
 	}
 	sent := p.clock() // the answer is as old as the question
 	records, err := b.call(s, g, ask)
+	var unmapped *unmappedError
+	if errors.As(err, &unmapped) {
+		unmapped.sent = sent
+	}
 	if err != nil {
 		for _, i := range ask {
 			finish(i, nil, nil, err)
@@ -460,7 +538,7 @@ func (p *Proxy) storeItem(s *settings, chain, hash string, recs []byte, sent, no
 	r := &route.Table[route.TransactionMulti]
 	class := cache.Negative
 	if len(recs) > 0 {
-		class = route.ClassifyCross(envelope.Wrap(recs))
+		class = route.ClassifyCrossAt(envelope.Wrap(recs), sent, s.cfg.Cache.CrossChainSettle)
 	}
 	e := cache.NewItem(route.HashKey(chain, hash), recs, class, sent, p.ttlFor(s, r, class),
 		route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
@@ -473,10 +551,21 @@ func (p *Proxy) storeItem(s *settings, chain, hash string, recs []byte, sent, no
 	return e
 }
 
+// recordHashFields are the fields of a cross-chain record that may hold
+// the hash it was asked by. The vendor's
+// pages call txId "the cross-chain transaction hash (TradeZone side)" and
+// answer id "cross-chain transaction hash" and tzTxHash "TZ transaction
+// hash"; their example asks one hash and answers a record whose id is
+// another (docs/explorer-readings.md). chainxTxHash is the other side's
+// (the vendor's xlayerTxHash).
+var recordHashFields = []string{"id", "tzTxHash", "chainxTxHash", "xlayerTxHash"}
+
 // splitRecords files the records of a transaction-multi answer under the
 // hashes asked: each hash gets its records as comma-separated JSON objects
-// (nil: none). A record that is not an object or whose id is not a hash
-// asked is errUnmapped, and nothing is filed.
+// (nil: none). A record is filed under the hash asked that one of
+// recordHashFields holds; when one hash was asked, every record is its. A
+// record that is not an object, or names no hash asked or two, is
+// unmapped (*unmappedError, with body), and nothing is filed.
 func splitRecords(body []byte, asked []string) (map[string][]byte, error) {
 	records := make(map[string][]byte, len(asked))
 	for _, h := range asked {
@@ -484,20 +573,45 @@ func splitRecords(body []byte, asked []string) (map[string][]byte, error) {
 	}
 	unmapped := false
 	_, err := jsonparser.ArrayEach(body, func(rec []byte, t jsonparser.ValueType, _ int, _ error) {
-		id, _ := jsonparser.GetString(rec, "id")
-		id = strings.ToLower(strings.TrimSpace(id))
-		buf, ok := records[id]
+		h, ok := recordHash(rec, asked, records)
 		if !ok || t != jsonparser.Object {
 			unmapped = true
 			return
 		}
+		buf := records[h]
 		if len(buf) > 0 {
 			buf = append(buf, ',')
 		}
-		records[id] = append(buf, rec...)
+		records[h] = append(buf, rec...)
 	}, "data")
 	if unmapped || (err != nil && !errors.Is(err, jsonparser.KeyPathNotFoundError)) {
-		return nil, errUnmapped
+		return nil, &unmappedError{body: body, asked: asked}
 	}
 	return records, nil
+}
+
+// recordHash is the hash asked that rec is filed under (splitRecords):
+// the one hash asked that its fields name. A record naming two hashes
+// asked (one in id, another in tzTxHash) is nobody's: which one it
+// answers cannot be told, and it must not be served for the other.
+func recordHash(rec []byte, asked []string, records map[string][]byte) (string, bool) {
+	if len(asked) == 1 {
+		return asked[0], true
+	}
+	found := ""
+	for _, f := range recordHashFields {
+		v, err := jsonparser.GetString(rec, f)
+		if err != nil || v == "" {
+			continue
+		}
+		v = strings.ToLower(strings.TrimSpace(v))
+		if _, ok := records[v]; !ok || v == found {
+			continue
+		}
+		if found != "" {
+			return "", false
+		}
+		found = v
+	}
+	return found, found != ""
 }

@@ -107,7 +107,7 @@ func TestBadInputs(t *testing.T) {
 		{"/api/v5/chainx/token/position-list?chainShortName=chainx", 400, "50014", "tokenContractAddress"},
 		{"/api/v5/chainx/token/position-list?chainShortName=chainx&tokenContractAddress=0x12", 400, "50036", "tokenContractAddress"},
 		{"/api/v5/chainx/token/position-list?chainShortName=chainx&tokenContractAddress=" + tok + "&holderAddress=xyz", 400, "50036", "holderAddress"},
-		{"/api/v5/chainx/token/position-list?chainShortName=chainx&tokenContractAddress=" + tok + "&limit=51", 400, "50036", "limit"},
+		{"/api/v5/chainx/token/position-list?chainShortName=chainx&tokenContractAddress=" + tok + "&limit=101", 400, "50036", "limit"},
 		{"/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE", 400, "50014", "txId"},
 		{"/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=0xzz", 400, "50036", "txId"},
 		{"/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId=" + hash + ",,", 400, "50036", "txId"},

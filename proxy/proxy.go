@@ -200,6 +200,9 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 		return nil, err
 	}
 	s.auth, err = admission.New(cfg.Auth, m)
+	if err == nil {
+		route.SetPositionListMaxLimit(cfg.Upstream.PositionListMaxLimit) // the process's (route.SetPositionListMaxLimit)
+	}
 	return s, err
 }
 
@@ -748,7 +751,8 @@ func (p *Proxy) store(s *settings, f *upstream.Request, asked time.Time, up upst
 		}
 		return &loaded{status: up.Status, code: up.Code, body: body}
 	}
-	class := r.Classify(route.Question{Height: f.Height, Hashes: f.Hashes, Final: p.truth.Final(f.Chain)}, body)
+	class := r.Classify(route.Question{Height: f.Height, Hashes: f.Hashes, Final: p.truth.Final(f.Chain),
+		Asked: asked, Settle: s.cfg.Cache.CrossChainSettle}, body)
 	e := cache.NewEntry(key, body, class, asked, p.ttlFor(s, r, class), route.ClassWindow(s.cfg.Cache.StaleWhileRevalidate, class), s.cfg.Cache.StaleIfError)
 	e.Source = cache.SourceUpstream
 	e.Tags = purge.Of(e, body, s.chains)

@@ -1,8 +1,10 @@
 package route
 
 import (
+	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/buger/jsonparser"
 
@@ -10,12 +12,16 @@ import (
 )
 
 // Question is what a classifier knows of the question an answer is to:
-// its height (-1: none), its hashes, and the chain's finalized height when
-// the answer arrived.
+// its height (-1: none), its hashes, the chain's finalized height when
+// the answer arrived, when the question was asked and how long a
+// cross-chain record must have been left unchanged to be final
+// (cache.cross_chain_settle; 0 or no Asked: its status alone decides).
 type Question struct {
 	Height int64
 	Hashes []string
 	Final  int64
+	Asked  time.Time
+	Settle time.Duration
 }
 
 // These read upstream answers with jsonparser, a zero-copy scanner that
@@ -49,15 +55,38 @@ func classifyTransactionList(f Question, body []byte) cache.Class {
 	return cache.Final
 }
 
-func classifyCross(_ Question, body []byte) cache.Class { return ClassifyCross(body) }
+func classifyCross(q Question, body []byte) cache.Class {
+	return ClassifyCrossAt(body, q.Asked, q.Settle)
+}
 
-// ClassifyCross: a cross-chain record with a status is settled; no record
-// may still appear (negative).
-func ClassifyCross(body []byte) cache.Class {
+// ClassifyCross is ClassifyCrossAt with no settle time: a record with a
+// status is settled.
+func ClassifyCross(body []byte) cache.Class { return ClassifyCrossAt(body, time.Time{}, 0) }
+
+// ClassifyCrossAt: a cross-chain record is settled when it has a status
+// and, with a settle time, its updateTime (the vendor's "last update time
+// of the record", ms) is at least settle before asked; a record updated
+// since may still change (the vendor's records keep moving after their
+// status: explorer-sim's update-moves), and one with an updateTime that
+// does not read as milliseconds is taken as just updated. No record may
+// still appear (negative).
+func ClassifyCrossAt(body []byte, asked time.Time, settle time.Duration) cache.Class {
 	n, unsettled := 0, false
+	check := settle > 0 && !asked.IsZero()
+	latest := asked.Add(-settle).UnixMilli() // updated at or before it: settled
 	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
 		n++
 		if s, _ := jsonparser.GetString(b, "status"); s == "" {
+			unsettled = true
+		}
+		if !check {
+			return
+		}
+		u, err := jsonparser.GetString(b, "updateTime")
+		if errors.Is(err, jsonparser.KeyPathNotFoundError) || (err == nil && u == "") {
+			return // not given: the status decides
+		}
+		if ms, err := strconv.ParseInt(u, 10, 64); err != nil || ms > latest {
 			unsettled = true
 		}
 	}, "data")

@@ -110,7 +110,11 @@ func (q *Params) appendParam(k []byte, sep byte, p *param, raw []byte, chains []
 	case kindPage:
 		k, q.Page, err = appendDecimal(k, v, 1, 1e6, p.name)
 	case kindLimit:
-		k, q.Limit, err = appendDecimal(k, v, 1, int64(p.max), p.name)
+		hi := int64(p.max)
+		if p.maxOf != nil {
+			hi = p.maxOf.Load()
+		}
+		k, q.Limit, err = appendDecimal(k, v, 1, hi, p.name)
 	case kindEnum:
 		k, err = appendEnum(k, v, p)
 	}

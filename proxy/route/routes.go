@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"explorer-edge/cache"
@@ -37,7 +38,33 @@ type param struct {
 	def      string   // value implied when absent; "" = omitted from the canonical query
 	max      int      // kindLimit: largest limit; kindHashList: most hashes
 	enum     []string // kindEnum: allowed values, canonical spelling
+	// maxOf, when set, is the largest limit instead of max: one the
+	// configuration sets (SetPositionListMaxLimit).
+	maxOf *atomic.Int64
 }
+
+// positionListMaxLimit is position-list's largest limit,
+// upstream.position_list_max_limit: the vendor's pages say 100 (Chinese)
+// and 50 (English), so it is the operator's to say which their upstream
+// takes (docs/explorer-readings.md).
+var positionListMaxLimit = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(100)
+	return &n
+}()
+
+// SetPositionListMaxLimit sets position-list's largest limit
+// (upstream.position_list_max_limit); n < 1 leaves it. It is the
+// process's: the last configuration applied sets it, as a process serves
+// one configuration.
+func SetPositionListMaxLimit(n int) {
+	if n >= 1 {
+		positionListMaxLimit.Store(int64(n))
+	}
+}
+
+// PositionListMaxLimit is position-list's largest limit in force.
+func PositionListMaxLimit() int { return int(positionListMaxLimit.Load()) }
 
 // ID indexes the route table; metrics are pre-resolved per ID.
 type ID uint8
@@ -86,7 +113,7 @@ var Table = [Count]Route{
 			{name: "tokenContractAddress", kind: kindAddress, required: true},
 			{name: "holderAddress", kind: kindAddress},
 			{name: "page", kind: kindPage, def: "1"},
-			{name: "limit", kind: kindLimit, def: "20", max: 50},
+			{name: "limit", kind: kindLimit, def: "20", maxOf: positionListMaxLimit},
 		},
 		Window:   10000,
 		Classify: classifyVolatile,
