@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
 )
@@ -179,5 +182,82 @@ func TestVendorNoDataIsCachedNegative(t *testing.T) {
 				h.clock.Advance(route.TTLs(&route.Table[route.TransactionList], h.cfg.Cache.TTL).For(cache.Negative))
 			}
 		})
+	}
+}
+
+// TestVendorCodesThroughTheSim: every code of explorer-sim's copy of the
+// vendor's table comes, with the vendor's HTTP status, through the real
+// edge as its class says: a failure is the edge's own 502/503/504, never
+// the code; an account failure the edge's 502 50026 about its
+// credentials; a refusal or "no data" the upstream's status and body,
+// then a hit. The edge's table and the sim's agree on every code and
+// status.
+func TestVendorCodesThroughTheSim(t *testing.T) {
+	h := newHarness(t, func(c *config.Config, _ *sim.Config) {
+		c.Upstream.BreakerFailures = 1 << 20 // every code in turn on one account
+		c.Upstream.Retries = 0
+	})
+	codes := sim.VendorCodes()
+	// 50011 comes with 429, whose Retry-After locks the account out: last.
+	last := func(v sim.VendorCode) int {
+		if v.Code == "50011" {
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(codes, func(a, b sim.VendorCode) int { return cmp.Compare(last(a), last(b)) })
+	for i, v := range codes {
+		e := envelope.Vendor(v.Code)
+		if e == nil || e.Status != v.Status {
+			t.Errorf("%s: the edge's table has %+v, the sim's status %d", v.Code, e, v.Status)
+			continue
+		}
+		h.sim.SetFaults(sim.Faults{Envelope: 1, EnvelopeCode: v.Code, EnvelopeVendor: true})
+		target := fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=%d", i+1)
+		r := h.get(target)
+		switch class := envelope.ClassOf(v.Status, v.Code); class {
+		case envelope.ClassFailure:
+			if r.status < 502 || r.status > 504 || !slices.Contains([]string{"50001", "50004", "50026"}, r.code()) {
+				t.Errorf("%s (%d, %v): %d %s, want the edge's own failure", v.Code, v.Status, class, r.status, r.body)
+			}
+		case envelope.ClassAccount:
+			if r.status != 502 || r.code() != "50026" || !strings.Contains(string(r.body), "credentials") {
+				t.Errorf("%s (%d, %v): %d %s, want the edge's 502 50026 about its credentials", v.Code, v.Status, class, r.status, r.body)
+			}
+		case envelope.ClassRefusal, envelope.ClassNoData:
+			if r.status != v.Status || r.code() != v.Code {
+				t.Errorf("%s (%d, %v): %d %s, want the upstream's", v.Code, v.Status, class, r.status, r.body)
+			}
+			before := h.upstreamCalls()
+			if again := h.get(target); again.status != v.Status || again.code() != v.Code || h.upstreamCalls() != before {
+				t.Errorf("%s (%v) asked again: %d %s and %d calls, want a hit", v.Code, class, again.status, again.body, h.upstreamCalls()-before)
+			}
+		default:
+			t.Errorf("%s: class %v", v.Code, class)
+		}
+	}
+}
+
+// TestVendorNoDataProfile: explorer-sim's nodata-code reading answers a
+// height above the head with 50040 under HTTP 200, as the vendor does:
+// asked 100 times, one upstream call per negative lifetime.
+func TestVendorNoDataProfile(t *testing.T) {
+	p, err := sim.ParseProfile("nodata-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(_ *config.Config, s *sim.Config) { s.Profile = &p })
+	target := fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", h.sim.Head("CHAINX")+1000)
+	for range 2 {
+		before := h.upstreamCalls()
+		for i := range 100 {
+			if r := h.get(target); r.status != 200 || r.code() != "50040" {
+				t.Fatalf("ask %d: %d %s, want the sim's 200 50040", i+1, r.status, r.body)
+			}
+		}
+		if n := h.upstreamCalls() - before; n != 1 {
+			t.Errorf("100 asks above the head cost %d upstream calls, want 1", n)
+		}
+		h.clock.Advance(route.TTLs(&route.Table[route.TransactionList], h.cfg.Cache.TTL).For(cache.Negative))
 	}
 }
