@@ -533,7 +533,7 @@ log:
 		t.Errorf("%d upstream call lines for %d calls the sim received", got, calls)
 	}
 	var sentOutcomes float64
-	for _, o := range []string{"ok", "error_envelope", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large"} {
+	for _, o := range []string{"ok", "error_envelope", "credentials", "not_found", "status_5xx", "status_429", "timeout", "connection", "malformed", "too_large"} { // every outcome of a call sent (50030 "no permission" is credentials)
 		sentOutcomes += e.metric("explorer_edge_upstream_requests_total", "outcome", o)
 	}
 	if int64(sentOutcomes) != calls {
