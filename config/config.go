@@ -68,8 +68,11 @@ type Stream struct {
 	// of the upstream while someone listens, by one node of the fleet.
 	PollInterval time.Duration `koanf:"poll_interval"`
 	// Variants is how many other newest-page questions per chain (another
-	// limit) that clients asked in the last minutes are refreshed with
-	// each new head before it is announced; 0 = the default page only.
+	// limit) are refreshed with each new head before it is announced,
+	// among those 3 distinct clients (addresses grouped as the per-IP
+	// limits group them, or verified clients) asked in the last 5
+	// minutes; their calls yield to client misses within 40% of
+	// upstream.rate (docs/stream.md). 0 = the default page only.
 	Variants int `koanf:"variants"`
 	// Lease is the lifetime of the fleet's poll lease in Redis: a node
 	// that died holding it is replaced within it.
@@ -138,11 +141,12 @@ type CORS struct {
 }
 
 // DefaultAllowHeaders is cors.allow_headers by default: what a signed
-// client sends, the validator, and what a frontend adds to trace a call
-// (X-Request-Id, W3C Trace Context).
+// client sends, the validator, what a frontend adds to trace a call
+// (X-Request-Id, W3C Trace Context), and the event stream's resume
+// (Last-Event-ID, which a page's fetch of the stream sends by hand).
 func DefaultAllowHeaders() []string {
 	return []string{"SVC-ACCESS-KEY", "SVC-ACCESS-SIGN", "SVC-ACCESS-TIMESTAMP", "SVC-ACCESS-PASSPHRASE",
-		"If-None-Match", "X-Request-Id", "traceparent", "tracestate"}
+		"If-None-Match", "X-Request-Id", "traceparent", "tracestate", "Last-Event-ID"}
 }
 
 // AccessFields are the optional fields of the access log line

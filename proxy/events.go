@@ -3,10 +3,11 @@ package proxy
 import (
 	"explorer-edge/cache"
 	"explorer-edge/config"
-	"explorer-edge/proxy/admin"
+	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/stream"
 	"explorer-edge/proxy/upstream"
+	"hash/maphash"
 	"net/netip"
 	"time"
 
@@ -22,14 +23,16 @@ type eventsCore struct{ p *Proxy }
 
 // Poll asks key, chain's newest page, through the miss path from the
 // upstream (upstream.Request.Poll skips the fresh recheck and the tiers),
-// paid by nobody's share, and returns the entry stored.
-func (c eventsCore) Poll(chain, key string) *cache.Entry {
+// paid by nobody's share, and returns the entry stored. background (a
+// variant's refresh) takes the budget only when no client miss waits and
+// the bucket is well above empty (upstream.Pool.take).
+func (c eventsCore) Poll(chain, key string, background bool) *cache.Entry {
 	p := c.p
 	s := p.settings.Load()
 	var q route.Params
 	q.ParseKey(&route.Table[route.BlockList], key)
 	f := &upstream.Request{Route: q.Route, Key: key, Chain: chain, Height: -1, HeadList: true,
-		Poll: true, Tenant: s.auth.TenantOf(nil)}
+		Poll: true, Background: background, Tenant: s.auth.TenantOf(nil)}
 	a, _, err := p.load(s, f)
 	if err != nil || a == nil || a.entry == nil || !a.stored {
 		if err != nil {
@@ -60,7 +63,31 @@ func (c eventsCore) Warm(chain, key string) {
 
 func (c eventsCore) Final(chain string) int64 { return c.p.truth.Final(chain) }
 
-func (c eventsCore) TopKeys(now int64) []admin.TopKey { return c.p.ops.top.Report(32, now).Keys }
+func (c eventsCore) HashAt(chain string, height int64) string { return c.p.truth.Hash(chain, height) }
+
+func (c eventsCore) Budget() float64 {
+	u := c.p.settings.Load().cfg.Upstream
+	r := u.Rate
+	for _, a := range u.Accounts {
+		r += a.Rate
+	}
+	return r
+}
+
+// askerSeed keys Asker's hash: a client's identity is counted, never kept.
+var askerSeed = maphash.MakeSeed()
+
+// Asker is who asked ctx's question, as the stream's variants count
+// distinct clients: the verified client in auth.mode signed, else the
+// address the per-IP limits count it under.
+func (c eventsCore) Asker(ctx *fasthttp.RequestCtx) uint64 {
+	s := c.p.settings.Load()
+	if cl := s.auth.ClientOf(ctx); cl != nil {
+		return maphash.String(askerSeed, cl.Name)
+	}
+	a := c.ClientIP(ctx).As16()
+	return maphash.Bytes(askerSeed, a[:])
+}
 
 func (c eventsCore) Stream() config.Stream { return c.p.settings.Load().cfg.Stream }
 
@@ -78,6 +105,10 @@ func (c eventsCore) Now() time.Time { return c.p.clock() }
 // newest height and hash of each chain) costs the upstream nothing per
 // subscriber; the stream caps bound it (docs/stream.md).
 func (p *Proxy) serveEvents(ctx *fasthttp.RequestCtx, s *settings, start time.Time) {
+	if len(ctx.Request.Header.RequestURI()) > s.cfg.Server.MaxURLBytes {
+		p.writeError(ctx, s, envelope.ErrURL)
+		return
+	}
 	if s.cors != nil && ctx.IsOptions() {
 		if err := s.auth.AdmitIP(ctx, start); err != nil {
 			p.writeError(ctx, s, err)

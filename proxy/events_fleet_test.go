@@ -44,7 +44,8 @@ func decodeHead(t testing.TB, ev sseEvent) (headEvent, sseEvent) {
 // poll for the whole fleet. Closed, the polling node hands over: another
 // polls within a few seconds, and the streams on the others go on without
 // a head repeated or out of order; a stream of the closed node resumes on
-// another with a reset (its ids were that node's).
+// another without a reset (ids come from the chain, not the node): the
+// heads it missed, each once.
 func TestFleetEventsOnePoller(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 3, withStream)
@@ -141,15 +142,18 @@ func TestFleetEventsOnePoller(t *testing.T) {
 		t.Fatalf("after node %d closed: the next poller %d, heads again after %v", leader, next, took)
 	}
 	advance(alive)
-	// A stream of the closed node, back on another with its last id: the
-	// id is not that node's, so a reset and the newest head.
+	// A stream of the closed node, back on another with its last id: ids
+	// come from the chain, so it goes on without a reset, from the head
+	// after the last it saw, each head once.
 	s := openStream(t, edges[alive[0]].addr, "/edge/v1/events?chains=CHAINX", "Last-Event-ID", lastID[leader][0])
-	if ev := s.next(t); ev.typ != "reset" {
-		t.Fatalf("resume on another node: %+v, want a reset", ev)
+	ev := s.next(t)
+	if ev.typ != "head" {
+		t.Fatalf("resume on another node: %+v, want the heads it missed", ev)
 	}
-	if got, _ := s.nextHead(t, 0); got.Height != h.sim.Head("CHAINX") {
-		t.Fatalf("after the reset: head %d, want %d", got.Height, h.sim.Head("CHAINX"))
+	if got, _ := decodeHead(t, ev); got.Height != seen[leader][0]+1 {
+		t.Fatalf("resume on another node after head %d: head %d first", seen[leader][0], got.Height)
 	}
+	s.heads(t, seen[leader][0]+1, h.sim.Head("CHAINX"))
 	t.Logf("node %d polled, closed; node %d took over; heads again %v after", leader, next, took)
 }
 
@@ -224,9 +228,7 @@ func TestFleetEventsVariantOfAFollower(t *testing.T) {
 	f := (leader + 1) % len(edges)
 	s := streams[f]
 	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
-	if r := edges[f].get(variant); r.status != 200 {
-		t.Fatalf("variant on node %d: %d %s", f, r.status, r.body)
-	}
+	askFrom(t, edges[f].harness, variant, 3)
 	// The follower shares it at its poller's next tick.
 	testkit.WaitFor(t, "the variant in the fleet's record", func() bool {
 		keys, ok := edges[leader].shared.Variants("CHAINX", h.clock.Now().Add(-time.Minute), 8)
@@ -276,4 +278,49 @@ func TestFleetEventsVariantOfAFollower(t *testing.T) {
 	}
 	t.Logf("node %d polled, node %d asked the variant: %d blocks, %d calls of the default page (%v polls), %d of the variant",
 		leader, f, blocks, def, total, vars)
+}
+
+// TestFleetEventsVariantRedisDown: a variant three clients ask of a node
+// that does not poll, served there from the pages the polling node
+// relays, is that node's own: while Redis does not answer and it polls
+// alone, it refreshes the variant with each head, and on every head event
+// it sends the variant asked there is a hit holding the announced height.
+// (Before, such nodes announced 17 heads while that page was a block
+// behind.)
+func TestFleetEventsVariantRedisDown(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 2, withStream)
+	streams := []*sseStream{openStream(t, edges[0].addr, "/edge/v1/events?chains=CHAINX"), openStream(t, edges[1].addr, "/edge/v1/events?chains=CHAINX")}
+	h.clock.Advance(time.Second)
+	for _, s := range streams {
+		s.nextHead(t, h.sim.Head("CHAINX")-1)
+	}
+	leading := func(i int) float64 {
+		return gathered(t, edges[i].harness).value(t, "explorer_edge_stream_poll_leader", "chain", "CHAINX")
+	}
+	testkit.WaitFor(t, "one node polling", func() bool { return leading(0)+leading(1) == 1 })
+	f := 0
+	if leading(0) == 1 {
+		f = 1
+	}
+	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
+	askFrom(t, edges[f].harness, variant, 3)
+	// A head relayed with the variant: the follower serves it from there.
+	h.clock.Advance(time.Second)
+	last, _ := streams[f].nextHead(t, h.sim.Head("CHAINX")-1)
+	askFrom(t, edges[f].harness, variant, 3)
+	rdb.stop()
+	testkit.WaitFor(t, "both nodes polling alone", func() bool { return leading(0)+leading(1) == 2 })
+	for block := range 5 {
+		h.clock.Advance(time.Second)
+		head, _ := streams[f].nextHead(t, last.Height)
+		r := edges[f].get(variant)
+		if cs := r.header["Cache-Status"]; r.status != 200 || !strings.HasPrefix(cs, "explorer-edge; hit") {
+			t.Fatalf("block %d, Redis down: the variant on node %d on the head event: %d %q, want a hit", block, f, r.status, cs)
+		}
+		if got := newestHeight(t, r.body); got != head.Height {
+			t.Fatalf("block %d, Redis down: the variant on node %d holds %d, the event said %d", block, f, got, head.Height)
+		}
+		last = head
+	}
 }

@@ -22,11 +22,26 @@ import (
 // explorer-sim on the harness's clock, an edge with stream.enabled, and
 // EventSource clients read off raw connections.
 
-// withStream turns the stream on, polling every 100ms.
+// withStream turns the stream on, polling every 100ms. The loopback is a
+// trusted proxy, so that a test's clients can be told apart by
+// X-Forwarded-For (askFrom).
 func withStream(c *config.Config, _ *sim.Config) {
 	c.Stream.Enabled = true
 	c.Stream.PollInterval = 100 * time.Millisecond
 	c.Stream.Lease = time.Second
+	c.Auth.TrustedProxies = []string{"127.0.0.1/32"}
+}
+
+// askFrom asks target of h from n distinct clients (X-Forwarded-For
+// 10.0.0.1, .2, ...), as a variant is asked before the stream refreshes
+// it (variantClients).
+func askFrom(t testing.TB, h *harness, target string, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if r := h.get(target, "X-Forwarded-For", "10.0.0."+strconv.Itoa(i)); r.status != 200 {
+			t.Fatalf("%s from client %d: %d %s", target, i, r.status, r.body)
+		}
+	}
 }
 
 // sseEvent is one event as an EventSource dispatches it.
@@ -199,9 +214,7 @@ func TestEventsCachedBeforeAnnounced(t *testing.T) {
 	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) { c.Stream.MaxPerIP = 64 })
 	def := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
-	if r := h.get(variant); r.status != 200 { // a variant clients ask
-		t.Fatalf("variant: %d %s", r.status, r.body)
-	}
+	askFrom(t, h, variant, 3) // a variant clients ask
 	streams := make([]*sseStream, 50)
 	for i := range streams {
 		streams[i] = openStream(t, h.addr, "/edge/v1/events?chains=chainx")
@@ -353,6 +366,7 @@ func TestEventsCountInConnectionCaps(t *testing.T) {
 	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) {
 		c.Server.MaxConnsPerIP = 2
 		c.Stream.Heartbeat = 100 * time.Millisecond
+		c.Auth.TrustedProxies = nil // a trusted proxy has no cap per address
 	})
 	a := openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")
 	openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")

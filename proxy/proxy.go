@@ -387,6 +387,9 @@ func (p *Proxy) serveFresh(ctx *fasthttp.RequestCtx, s *settings, q *query, m *r
 		p.traceCache(q.trace, []byte(m.Key), state, start)
 	}
 	p.ops.top.Sample(m.Key, m.Route.ID, now.UnixNano())
+	if m.Route.ID == route.BlockList {
+		p.events.Seen(ctx, m.Key) // the stream's variants count who asks
+	}
 	p.writeEntry(ctx, s, q, e, now, reply.Hit)
 	p.answered(ctx, s, m.Route.ID, metrics.ResultHit, entryCode(e), start)
 	return true
@@ -400,6 +403,9 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 	state := e.StateAt(now.UnixNano())
 	if q.trace != nil {
 		p.traceCache(q.trace, q.Key, state, start)
+	}
+	if q.Route.ID == route.BlockList && state != cache.Missing {
+		p.events.SeenBytes(ctx, q.Key)
 	}
 	switch state {
 	case cache.Fresh:
@@ -417,7 +423,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		return
 	}
 	if route.IsHeadList(q.Route.ID, q.Height, q.Page) {
-		p.events.Asked(string(q.Chain), string(q.Key))
+		p.events.Asked(ctx, string(q.Chain), string(q.Key))
 	}
 	a, leader, err := p.load(s, q.request(e != nil, false))
 	p.answer(ctx, s, q, e, a, leader, err, start)

@@ -6,21 +6,23 @@
 package events
 
 import (
+	"cmp"
 	"encoding/json"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/buger/jsonparser"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/time/rate"
 
 	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
-	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/stream"
 	"explorer-edge/proxy/truth"
@@ -43,10 +45,20 @@ import (
 // the node that holds the chain's lease in Redis; it publishes on a
 // channel, and every other node takes the pages it names from the shared
 // tier into its own cache before it announces the head from them. The
-// variants are the fleet's: each node adds those its clients ask to a
-// record in Redis (share), which the polling node reads (variants). While
-// Redis does not answer, each node polls alone (within its local share of
-// the budget).
+// poller keeps its own pace: a subscriber that comes never makes it poll
+// sooner than its schedule (a client that connects and resets in a loop
+// would otherwise choose when the upstream is asked).
+//
+// What clients may make the upstream do is bounded by design: a variant
+// (another limit of the newest page) is refreshed with each head only once
+// variantClients distinct clients (addresses grouped as the per-IP limits
+// group them, or verified clients in auth.mode signed) asked it within
+// recentWindow, at most stream.variants per chain, and those refreshes
+// yield to client misses (upstream.Request.Background) within
+// variantShare of the budget. The variants are the fleet's: each node adds
+// those its clients ask to a record in Redis (share), which the polling
+// node reads (variants). While Redis does not answer, each node polls
+// alone (within its local share of the budget).
 
 // Path is the stream's path, in the edge's own namespace.
 const Path = "/edge/v1/events"
@@ -75,7 +87,9 @@ type Relay interface {
 type Core interface {
 	// Poll asks key, a newest block page of chain, through the miss path
 	// from the upstream, and returns the entry stored (nil: none).
-	Poll(chain, key string) *cache.Entry
+	// background: a variant's refresh, which yields the budget to client
+	// misses.
+	Poll(chain, key string, background bool) *cache.Entry
 	// Cached is what memory holds under key (nil: nothing).
 	Cached(key string) *cache.Entry
 	// Warm copies key from the shared tier into memory, as a miss that
@@ -83,13 +97,19 @@ type Core interface {
 	Warm(chain, key string)
 	// Final is chain's finalized height.
 	Final(chain string) int64
-	// TopKeys are the most asked keys of the last minutes, with their
-	// routes' names.
-	TopKeys(now int64) []admin.TopKey
+	// HashAt is the hash of chain's block at height as chain truth knows
+	// it, "" when it does not.
+	HashAt(chain string, height int64) string
 	// Stream is stream.* of the configuration in force.
 	Stream() config.Stream
+	// Budget is the upstream's rate (calls a second, every account).
+	Budget() float64
 	// ClientIP is the address the per-IP caps count a request under.
 	ClientIP(ctx *fasthttp.RequestCtx) netip.Addr
+	// Asker is who asked ctx's question, as the variants count clients:
+	// the verified client in auth.mode signed, else the client's address
+	// grouped as the per-IP limits group it. It does not allocate.
+	Asker(ctx *fasthttp.RequestCtx) uint64
 	Now() time.Time
 }
 
@@ -100,8 +120,20 @@ const recentWindow = 5 * time.Minute
 // recentMax bounds the record of newest-page questions per chain.
 const recentMax = 64
 
+// variantClients is how many distinct clients must have asked a
+// newest-page question within recentWindow before it is refreshed with
+// each head: one client, however many requests it sends, chooses nothing
+// the upstream is asked.
+const variantClients = 3
+
+// variantShare is the most of the upstream's rate (Core.Budget) the
+// variants' refreshes take, split evenly between the chains; they also
+// yield to client misses (a background take: never while a miss waits or
+// the bucket is low).
+const variantShare = 0.4
+
 // shareEvery is how often at most a node shares one key with the fleet's
-// record of variants (Relay.ShareVariants), and reads its top keys for it.
+// record of variants (Relay.ShareVariants).
 const shareEvery = 5 * time.Second
 
 // Events is the hub and its poller. Create it with New.
@@ -116,10 +148,60 @@ type Events struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 
+	// asked is the newest-page questions clients asked lately, by key:
+	// read without a lock on every hit of a block list (Seen), replaced
+	// whole under mu when a key comes or goes.
+	asked  atomic.Pointer[map[string]*askers]
 	mu     sync.Mutex
-	recent map[string]map[string]int64 // chain -> newest-page key -> last asked (unix ns)
 	shared map[string]map[string]int64 // chain -> newest-page key -> last shared with the fleet (unix ns)
-	topAt  map[string]int64            // chain -> when its top keys were last shared (unix ns)
+}
+
+// askers are the last distinct clients that asked one newest-page
+// question, and when: updated without a lock (a lost update under a race
+// costs a client's count, not a wrong refresh).
+type askers struct {
+	chain, key string
+	who        [variantClients]atomic.Uint64
+	at         [variantClients]atomic.Int64 // unix ns; 0: empty
+}
+
+// note counts who asking at now: the time of its slot, or the oldest slot
+// given to it.
+func (a *askers) note(who uint64, now int64) {
+	oldest := 0
+	for i := range a.who {
+		if a.at[i].Load() != 0 && a.who[i].Load() == who {
+			if now-a.at[i].Load() >= int64(time.Second) {
+				a.at[i].Store(now)
+			}
+			return
+		}
+		if a.at[i].Load() < a.at[oldest].Load() {
+			oldest = i
+		}
+	}
+	a.who[oldest].Store(who)
+	a.at[oldest].Store(now)
+}
+
+// qualified reports whether variantClients distinct clients asked within
+// recentWindow before now.
+func (a *askers) qualified(now int64) bool {
+	for i := range a.at {
+		if at := a.at[i].Load(); at == 0 || now-at > int64(recentWindow) {
+			return false
+		}
+	}
+	return true
+}
+
+// last is when it was last asked (unix ns).
+func (a *askers) last() int64 {
+	var l int64
+	for i := range a.at {
+		l = max(l, a.at[i].Load())
+	}
+	return l
 }
 
 // chainPoll is one chain's poller state; owned by its goroutine but for
@@ -127,11 +209,27 @@ type Events struct {
 type chainPoll struct {
 	chain string
 	wake  chan struct{}
-	held  bool         // this node holds the lease (fleet mode)
-	last  stream.Event // the newest head this node announced
+	inbox chan relayMsg // the polling node's messages, handed over by the relay's goroutine
+	held  bool          // this node holds the lease (fleet mode)
+	last  stream.Event  // the newest head this node announced
 	// gap is the chain's block interval as its heads' times show it
 	// (milliseconds); 0 until two heads were seen.
 	gap int64
+	// due is when the next poll may be made (the schedule); nothing that
+	// wakes the poller makes it poll before.
+	due time.Time
+	// relay is the polling node's newest head not announced yet: a
+	// variant this node's clients ask is a page behind it here, until it
+	// is refreshed or expires (checked at each tick).
+	relay *relayMsg
+	// variants bounds the variants' refreshes (variantShare).
+	variants *rate.Limiter
+	// heard says a subscriber came since the last poll (onListen).
+	heard atomic.Bool
+	// okAt is when the chain's newest page was last had from the upstream
+	// (the core's clock); stale says a stale event was sent since.
+	okAt  time.Time
+	stale bool
 }
 
 // New builds the hub of st (stream.*) for chains (upper case, in
@@ -142,21 +240,23 @@ func New(core Core, st config.Stream, chains []string, m *metrics.Metrics, relay
 	}
 	e := &Events{core: core, chains: chains, relay: relay, polls: map[string]*chainPoll{}, stop: make(chan struct{}),
 		token:  strconv.FormatUint(rand.Uint64(), 36) + strconv.FormatUint(rand.Uint64(), 36),
-		recent: map[string]map[string]int64{}, shared: map[string]map[string]int64{}, topAt: map[string]int64{},
-		m: m.StreamPolls(chains)}
+		shared: map[string]map[string]int64{},
+		m:      m.StreamPolls(chains)}
+	e.asked.Store(&map[string]*askers{})
 	e.hub = stream.New(stream.Options{
 		Chains: chains, MaxSubscribers: st.MaxSubscribers, MaxPerIP: st.MaxPerIP, Buffer: st.Buffer,
 		History: st.History, Heartbeat: st.Heartbeat, WriteTimeout: st.WriteTimeout, RetryHint: st.Retry,
 		ClientIP: core.ClientIP,
 		OnListen: e.onListen,
+		HashAt:   core.HashAt,
 		Metrics:  stream.NewMetrics(m.Registry, chains),
 		// server.New sets KeepHijackedConns.
 		KeptConns: true,
 	})
 	for _, c := range chains {
-		cp := &chainPoll{chain: c, wake: make(chan struct{}, 1)}
+		cp := &chainPoll{chain: c, wake: make(chan struct{}, 1), inbox: make(chan relayMsg, 1),
+			variants: rate.NewLimiter(0, 1)}
 		e.polls[c] = cp
-		e.recent[c] = map[string]int64{}
 		e.shared[c] = map[string]int64{}
 	}
 	for _, cp := range e.polls {
@@ -181,7 +281,7 @@ func New(core Core, st config.Stream, chains []string, m *metrics.Metrics, relay
 				case <-e.stop:
 					return
 				case msg := <-inbox:
-					e.relayed(msg)
+					e.fromRelay(msg)
 				}
 			}
 		}()
@@ -190,9 +290,11 @@ func New(core Core, st config.Stream, chains []string, m *metrics.Metrics, relay
 }
 
 // onListen wakes a chain's poller when its first subscriber comes, so
-// that the first poll does not wait an interval.
+// that a poll due while no one listened is made now rather than an
+// interval later; one not due yet waits for its time.
 func (e *Events) onListen(chain string, listening bool) {
 	if cp := e.polls[chain]; cp != nil && listening {
+		cp.heard.Store(true)
 		select {
 		case cp.wake <- struct{}{}:
 		default:
@@ -214,7 +316,9 @@ func (e *Events) Close() {
 	e.wg.Wait()
 }
 
-// run polls cp's chain every stream.poll_interval while someone listens.
+// run polls cp's chain while someone listens, at its own pace: every
+// stream.poll_interval, in step with the chain's blocks once it knows
+// their interval (poll), never before cp.due whatever wakes it.
 func (e *Events) run(cp *chainPoll) {
 	defer e.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -226,17 +330,42 @@ func (e *Events) run(cp *chainPoll) {
 			return
 		case <-t.C:
 		case <-cp.wake:
+		case m := <-cp.inbox:
+			cp.relay = &m
 		}
 		st := e.core.Stream()
-		next := st.PollInterval
 		e.share(cp.chain)
-		if e.hub.Listening(cp.chain) {
-			next = e.poll(cp, st)
-		} else {
+		// Someone listens, or listened since the last poll: a stream that
+		// came and went within the interval has its poll at its time,
+		// neither sooner nor skipped.
+		if !e.hub.Listening(cp.chain) && !cp.heard.Load() {
 			e.release(cp)
+			cp.relay = nil
+			t.Reset(st.PollInterval)
+			continue
 		}
-		t.Reset(next)
+		if cp.relay != nil && e.relayed(cp, *cp.relay, st) {
+			cp.relay = nil
+		}
+		now := time.Now()
+		if now.Before(cp.due) {
+			t.Reset(e.recheck(cp, cp.due.Sub(now), st))
+			continue
+		}
+		cp.heard.Store(false)
+		next := e.poll(cp, st)
+		cp.due = time.Now().Add(next) // from the poll's end, as poll measures it
+		t.Reset(e.recheck(cp, next, st))
 	}
+}
+
+// recheck is how long the poller sleeps: d, or less while a relayed head
+// waits for a variant.
+func (e *Events) recheck(cp *chainPoll, d time.Duration, st config.Stream) time.Duration {
+	if cp.relay != nil {
+		return min(d, st.PollInterval/4)
+	}
+	return d
 }
 
 func (e *Events) release(cp *chainPoll) {
@@ -269,7 +398,7 @@ func (e *Events) poll(cp *chainPoll, st config.Stream) time.Duration {
 	next := st.PollInterval
 	prev := cp.last
 	head, ok := e.pollOnce(cp, st)
-	if !ok || head.Time <= 0 {
+	if !ok || head.Time <= 0 || head.Height <= prev.Height {
 		return next
 	}
 	if prev.Height > 0 && head.Height > prev.Height && head.Time > prev.Time {
@@ -295,6 +424,7 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 	e.m.Leader(cp.chain, true)
 	def := e.headKey(cp.chain, 0)
 	head, ok := e.fetch(cp.chain, def, false)
+	e.staleness(cp, st, ok)
 	switch {
 	case !ok:
 		e.m.Poll(cp.chain, pollError)
@@ -308,15 +438,32 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 		e.m.Poll(cp.chain, pollSame)
 		return stream.Event{}, false
 	}
-	e.m.Poll(cp.chain, pollNew)
 	keys := []string{def}
+	cp.variants.SetLimit(rate.Limit(variantShare * e.core.Budget() / float64(len(e.chains))))
+	cp.variants.SetBurst(max(1, st.Variants))
 	for _, k := range e.variants(cp.chain, def, st.Variants) {
-		// Best effort: a variant that fails is a miss for its client, not
-		// a head held back from everyone.
-		if v, ok := e.fetch(cp.chain, k, e.holds(k, head.Height)); ok && v.Height >= head.Height {
+		if e.holds(k, head.Height) {
+			keys = append(keys, k)
+			continue
+		}
+		// Within the variants' share, and behind client misses: one the
+		// budget refuses is its clients' miss (and holds this head back
+		// while its copy here is served, below).
+		if !cp.variants.Allow() {
+			continue
+		}
+		if v, ok := e.fetchVariant(cp.chain, k); ok && v.Height >= head.Height {
 			keys = append(keys, k)
 		}
 	}
+	if e.behind(cp.chain, head.Height, st.Variants) {
+		// A variant this node's clients ask would be served a block
+		// behind the event: the head waits for it (the next poll finds
+		// the page refreshed, or the copy gone).
+		e.m.Poll(cp.chain, pollSame)
+		return stream.Event{}, false
+	}
+	e.m.Poll(cp.chain, pollNew)
 	cp.last = head
 	e.hub.Publish(head)
 	if cp.held {
@@ -324,6 +471,55 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 		e.relay.PublishEvent(msg)
 	}
 	return head, true
+}
+
+// staleness follows whether the chain's newest page is had from the
+// upstream (ok: this poll had it): a poll failing for longer than a
+// block interval (stream.poll_interval until the interval is known) sends
+// a stale event, and the first that succeeds after it another saying it
+// is over, so that a page can tell a delay from a chain with no new
+// block. The polling node relays both.
+func (e *Events) staleness(cp *chainPoll, st config.Stream, ok bool) {
+	now := e.core.Now()
+	if cp.okAt.IsZero() {
+		cp.okAt = now
+	}
+	switch {
+	case ok:
+		cp.okAt = now
+		if !cp.stale {
+			return
+		}
+		cp.stale = false
+	case cp.stale || now.Sub(cp.okAt) <= max(time.Duration(cp.gap)*time.Millisecond, st.PollInterval):
+		return
+	default:
+		cp.stale = true
+	}
+	ev := stream.Event{Kind: stream.Stale, Chain: cp.chain, Stale: cp.stale, Height: cp.last.Height, Time: cp.okAt.UnixMilli()}
+	e.hub.Publish(ev)
+	if cp.held {
+		msg, _ := json.Marshal(relayMsg{From: e.token, Chain: cp.chain, Kind: "stale", Stale: ev.Stale, Height: ev.Height, Since: ev.Time})
+		e.relay.PublishEvent(msg)
+	}
+}
+
+// behind reports whether a variant this node's clients ask (the first n
+// of chain by their last ask, asked by variantClients distinct clients)
+// is held here, fresh or served stale, with a page below height: a
+// browser told of height would be given that page.
+func (e *Events) behind(chain string, height int64, n int) bool {
+	now := e.core.Now().UnixNano()
+	for _, a := range e.own(chain, n) {
+		ent := e.core.Cached(a)
+		if st := ent.StateAt(now); st != cache.Fresh && st != cache.Stale {
+			continue
+		}
+		if h, ok := newestOf(ent); ok && h.Height < height {
+			return true
+		}
+	}
+	return false
 }
 
 // ahead reports whether head is news after last: a higher block, or
@@ -350,7 +546,17 @@ func (e *Events) fetch(chain, key string, skip bool) (stream.Event, bool) {
 	if skip {
 		return e.headOf(chain, e.core.Cached(key))
 	}
-	ent := e.core.Poll(chain, key)
+	ent := e.core.Poll(chain, key, false)
+	if ent == nil {
+		return stream.Event{}, false
+	}
+	return e.headOf(chain, ent)
+}
+
+// fetchVariant refreshes key, a variant of chain's newest page, as a
+// background call.
+func (e *Events) fetchVariant(chain, key string) (stream.Event, bool) {
+	ent := e.core.Poll(chain, key, true)
 	if ent == nil {
 		return stream.Event{}, false
 	}
@@ -402,83 +608,122 @@ func (e *Events) headKey(chain string, limit int) string {
 	return string(q.Key)
 }
 
-// Asked records a client's newest-page question (key, of chain), so that
-// the variants clients ask are refreshed with each new head. It is called
-// on misses (a variant asked at all is missed once per TTL); the top-keys
-// sampler adds the ones kept fresh.
-func (e *Events) Asked(chain, key string) {
+// Asked records a client's newest-page question (key, of chain), asked
+// on a miss, so that the variants several clients ask are refreshed with
+// each new head; Seen counts the clients that ask it afterwards, on hits.
+func (e *Events) Asked(ctx *fasthttp.RequestCtx, chain, key string) {
+	if e == nil || e.polls[chain] == nil {
+		return
+	}
+	who, now := e.core.Asker(ctx), e.core.Now().UnixNano()
+	if a := (*e.asked.Load())[key]; a != nil {
+		a.note(who, now)
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := *e.asked.Load()
+	if a := old[key]; a != nil { // added meanwhile
+		a.note(who, now)
+		return
+	}
+	// A new map: the keys asked within recentWindow, and this one if its
+	// chain has room.
+	next := make(map[string]*askers, len(old)+1)
+	n := 0
+	for k, a := range old {
+		if now-a.last() <= int64(recentWindow) {
+			next[k] = a
+			if a.chain == chain {
+				n++
+			}
+		}
+	}
+	if n < recentMax {
+		a := &askers{chain: chain, key: key}
+		a.note(who, now)
+		next[key] = a
+	}
+	e.asked.Store(&next)
+}
+
+// Seen counts a client's hit of key, a block list, when key is a
+// newest-page question clients asked lately (Asked). It does not
+// allocate: it is on the hit path.
+func (e *Events) Seen(ctx *fasthttp.RequestCtx, key string) {
 	if e == nil {
 		return
 	}
-	now := e.core.Now().UnixNano()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	rec := e.recent[chain]
-	if rec == nil {
+	if a := (*e.asked.Load())[key]; a != nil {
+		a.note(e.core.Asker(ctx), e.core.Now().UnixNano())
+	}
+}
+
+// SeenBytes is Seen of a key held as bytes.
+func (e *Events) SeenBytes(ctx *fasthttp.RequestCtx, key []byte) {
+	if e == nil {
 		return
 	}
-	if _, ok := rec[key]; !ok && len(rec) >= recentMax {
-		e.pruneLocked(rec, now)
-		if len(rec) >= recentMax {
-			return
-		}
-	}
-	rec[key] = now
-}
-
-func (e *Events) pruneLocked(rec map[string]int64, now int64) {
-	for k, at := range rec {
-		if now-at > int64(recentWindow) {
-			delete(rec, k)
-		}
+	if a := (*e.asked.Load())[string(key)]; a != nil {
+		a.note(e.core.Asker(ctx), e.core.Now().UnixNano())
 	}
 }
 
-// share adds the newest-page questions of chain asked of this node since
-// they were last shared (and, every shareEvery, the ones its top-keys
-// sampler shows kept fresh) to the fleet's record, so that the polling
-// node refreshes them too. A key is shared at most once per shareEvery; a
-// no-op without the relay.
+// own are up to n newest-page questions of chain other than its default
+// page that variantClients distinct clients of this node asked within
+// recentWindow, the most recently asked first.
+func (e *Events) own(chain string, n int) []string {
+	if n <= 0 {
+		return nil
+	}
+	now := e.core.Now().UnixNano()
+	var qs []*askers
+	for _, a := range *e.asked.Load() {
+		if a.chain == chain && a.qualified(now) {
+			qs = append(qs, a)
+		}
+	}
+	// The same order from one call to the next (poll and behind ask
+	// twice), whatever the map's: by last ask, then by key.
+	slices.SortFunc(qs, func(x, y *askers) int {
+		return cmp.Or(cmp.Compare(y.last(), x.last()), cmp.Compare(x.key, y.key))
+	})
+	def := e.headKey(chain, 0)
+	var out []string
+	for _, a := range qs {
+		if len(out) == n {
+			break
+		}
+		if a.key != def && e.isHeadKey(chain, a.key) {
+			out = append(out, a.key)
+		}
+	}
+	return out
+}
+
+// share adds the variants of chain this node's clients ask (own) to the
+// fleet's record, each at most once per shareEvery, so that the polling
+// node refreshes them too; a no-op without the relay.
 func (e *Events) share(chain string) {
 	if e.relay == nil {
 		return
 	}
 	now := e.core.Now()
 	ns := now.UnixNano()
-	var keys []string
-	add := func(k string) {
-		if at, ok := e.shared[chain][k]; (!ok || ns-at >= int64(shareEvery)) && !slices.Contains(keys, k) && len(keys) < recentMax {
-			keys = append(keys, k)
-		}
-	}
 	e.mu.Lock()
-	rec, done := e.recent[chain], e.shared[chain]
-	if rec == nil {
-		e.mu.Unlock()
-		return
-	}
+	done := e.shared[chain]
 	for k, at := range done {
 		if ns-at > int64(recentWindow) {
 			delete(done, k)
 		}
 	}
-	for k, at := range rec {
-		if s, ok := done[k]; !ok || at > s {
-			add(k)
+	var keys []string
+	for _, k := range e.own(chain, recentMax) {
+		if at, ok := done[k]; !ok || ns-at >= int64(shareEvery) {
+			keys = append(keys, k)
 		}
-	}
-	top := ns-e.topAt[chain] >= int64(shareEvery)
-	if top {
-		e.topAt[chain] = ns
 	}
 	e.mu.Unlock()
-	if top {
-		for _, tk := range e.core.TopKeys(ns) {
-			if tk.Route == route.Table[route.BlockList].Name && e.isHeadKey(chain, tk.Key) {
-				add(tk.Key)
-			}
-		}
-	}
 	if len(keys) == 0 || !e.relay.ShareVariants(chain, keys, now, recentWindow, recentMax) {
 		return // Redis down: tried again at the next tick
 	}
@@ -490,58 +735,24 @@ func (e *Events) share(chain string) {
 }
 
 // variants are up to n newest-page keys of chain other than def that
-// clients asked in the last recentWindow: the most asked first (the
-// top-keys sampler), then the most recent; in a fleet the most recent of
-// the fleet's record (Relay.Variants: asked of any node), then those of
-// this node's own not shared yet. Whatever names a key, it is fetched only
-// if it is a canonical newest-page question of chain (isHeadKey).
+// variantClients distinct clients asked in the last recentWindow: this
+// node's own first, then, in a fleet, the most recent of the fleet's
+// record (Relay.Variants: those of every node). Whatever names a key, it
+// is fetched only if it is a canonical newest-page question of chain
+// (isHeadKey).
 func (e *Events) variants(chain, def string, n int) []string {
 	if n <= 0 {
 		return nil
 	}
-	now := e.core.Now().UnixNano()
-	var out []string
-	add := func(k string) {
-		if k != def && len(out) < n && !slices.Contains(out, k) && e.isHeadKey(chain, k) {
-			out = append(out, k)
-		}
-	}
-	for _, tk := range e.core.TopKeys(now) {
-		if tk.Route == route.Table[route.BlockList].Name {
-			add(tk.Key)
-		}
-	}
-	e.mu.Lock()
-	rec := e.recent[chain]
-	e.pruneLocked(rec, now)
-	type asked struct {
-		key string
-		at  int64
-	}
-	byTime := make([]asked, 0, len(rec))
-	for k, at := range rec {
-		byTime = append(byTime, asked{k, at})
-	}
-	e.mu.Unlock()
+	out := e.own(chain, n)
 	if e.relay != nil && len(out) < n {
-		// def and this node's own top keys may be among them: a few more.
-		keys, _ := e.relay.Variants(chain, time.Unix(0, now).Add(-recentWindow), 2*n+1)
+		now := e.core.Now()
+		keys, _ := e.relay.Variants(chain, now.Add(-recentWindow), 2*n+1)
 		for _, k := range keys {
-			if len(k) <= maxKeyLen {
-				add(k)
+			if k != def && len(out) < n && len(k) <= maxKeyLen && !slices.Contains(out, k) && e.isHeadKey(chain, k) {
+				out = append(out, k)
 			}
 		}
-	}
-	for len(out) < n && len(byTime) > 0 {
-		j := 0
-		for i := range byTime {
-			if byTime[i].at > byTime[j].at {
-				j = i
-			}
-		}
-		add(byTime[j].key)
-		byTime[j] = byTime[len(byTime)-1]
-		byTime = byTime[:len(byTime)-1]
 	}
 	return out
 }
@@ -565,36 +776,73 @@ func (e *Events) isHeadKey(chain, key string) bool {
 type relayMsg struct {
 	From   string   `json:"from"` // the sender's lease token: a node skips its own
 	Chain  string   `json:"chain"`
+	Kind   string   `json:"kind,omitempty"` // "stale": a stale event (Stale, Since); else a head
 	Height int64    `json:"height"`
-	Hash   string   `json:"hash"`
-	Keys   []string `json:"keys"`
+	Hash   string   `json:"hash,omitempty"`
+	Keys   []string `json:"keys,omitempty"`
+	Stale  bool     `json:"stale,omitempty"`
+	Since  int64    `json:"since,omitempty"`
 }
 
-// relayed takes another node's new head: the pages it names are copied
-// from the shared tier into this node's cache (checked as every shared
-// entry is), then the head the default page holds is announced.
-func (e *Events) relayed(b []byte) {
+// fromRelay takes a message of the polling node, on the relay's
+// goroutine: checked, then handed to its chain's poller (a newer one
+// replaces one not taken yet).
+func (e *Events) fromRelay(b []byte) {
 	var m relayMsg
-	if json.Unmarshal(b, &m) != nil || m.From == e.token || len(m.Keys) == 0 || len(m.Keys) > 1+config.MaxStreamVariants {
+	if json.Unmarshal(b, &m) != nil || m.From == e.token {
 		return
 	}
 	cp := e.polls[m.Chain]
 	if cp == nil || !e.hub.Listening(m.Chain) {
 		return
 	}
-	def := e.headKey(m.Chain, 0)
-	if m.Keys[0] != def {
+	if m.Kind == "stale" {
+		e.hub.Publish(stream.Event{Kind: stream.Stale, Chain: m.Chain, Stale: m.Stale, Height: m.Height, Time: m.Since})
 		return
 	}
-	for _, k := range m.Keys {
+	if m.Kind != "" || len(m.Keys) == 0 || len(m.Keys) > 1+config.MaxStreamVariants || m.Keys[0] != e.headKey(m.Chain, 0) {
+		return
+	}
+	for {
+		select {
+		case cp.inbox <- m:
+			return
+		default:
+		}
+		select {
+		case <-cp.inbox: // the older one: this is newer news
+		default:
+		}
+	}
+}
+
+// relayed takes another node's new head, on the chain's poller: the pages
+// it names are copied from the shared tier into this node's cache
+// (checked as every shared entry is), and the head the default page holds
+// is announced, once every variant this node's clients ask holds it or
+// is not served here (behind). It reports whether m is done with.
+func (e *Events) relayed(cp *chainPoll, m relayMsg, st config.Stream) bool {
+	if m.Height < cp.last.Height || (m.Height == cp.last.Height && m.Hash == cp.last.Hash) {
+		return true
+	}
+	def := m.Keys[0]
+	keys := append(slices.Clip(m.Keys), e.own(m.Chain, st.Variants)...)
+	for _, k := range keys {
 		if e.isHeadKey(m.Chain, k) && !e.holds(k, m.Height) {
 			e.core.Warm(m.Chain, k)
 		}
 	}
-	if head, ok := e.headOf(m.Chain, e.core.Cached(def)); ok && head.Height >= m.Height && e.holds(def, head.Height) {
-		e.m.Relayed(m.Chain)
-		e.hub.Publish(head)
+	head, ok := e.headOf(m.Chain, e.core.Cached(def))
+	if !ok || head.Height < m.Height || !e.holds(def, head.Height) {
+		return false
 	}
+	if e.behind(m.Chain, head.Height, st.Variants) {
+		return false
+	}
+	e.m.Relayed(m.Chain)
+	cp.last = head
+	e.hub.Publish(head)
+	return true
 }
 
 // Reorg announces a reorganization this node's chain truth found (each

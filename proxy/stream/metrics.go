@@ -31,7 +31,7 @@ var (
 // sets. A nil *Metrics records nothing.
 type Metrics struct {
 	subs     map[string]prometheus.Gauge
-	events   [Reorg + 1]prometheus.Counter
+	events   [Stale + 1]prometheus.Counter
 	drops    [numReasons]prometheus.Counter
 	refusals [numRefusals]prometheus.Counter
 	delivery prometheus.Histogram
@@ -43,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer, chains []string) *Metrics {
 	subs := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "stream_subscribers",
 		Help: "Event streams open, by chain; a stream of several chains counts in each."}, []string{"chain"})
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stream_events_total",
-		Help: "Events published to the event streams, by type (head, reorg)."}, []string{"type"})
+		Help: "Events published to the event streams, by type (head, reorg, stale)."}, []string{"type"})
 	drops := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stream_dropped_total",
 		Help: "Event streams the edge ended because the client did not keep up, by reason: slow (its buffer of events was full), timeout (a write passed the write timeout). The browser reconnects and resumes."}, []string{"reason"})
 	refusals := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "stream_refused_total",
@@ -60,6 +60,7 @@ func NewMetrics(reg prometheus.Registerer, chains []string) *Metrics {
 	}
 	m.events[Head] = events.WithLabelValues("head")
 	m.events[Reorg] = events.WithLabelValues("reorg")
+	m.events[Stale] = events.WithLabelValues("stale")
 	for i, n := range reasonNames {
 		m.drops[i] = drops.WithLabelValues(n)
 	}

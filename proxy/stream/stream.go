@@ -15,16 +15,19 @@
 // Buffer full) or whose write passes WriteTimeout is dropped; its browser
 // reconnects with Last-Event-ID and resumes from the history.
 //
-// Ids are "<epoch>.<seq>": seq is one sequence for every chain of the hub,
-// so that one id says what a stream of several chains has seen; epoch is
-// random per Hub, so an id from another node or an earlier process is
-// known as such and answered with a reset rather than a wrong replay.
+// Ids say where each chain of the hub stood when the event was sent, from
+// the chain itself: for each chain served, in configured order, the height
+// and a tag of the hash of its newest head (or of the new branch's block at
+// a reorganization's fork), and how many events followed at that block
+// (wire.go). Every node of a fleet serving the same chains gives the same
+// event the same id, so a browser whose node went away (a deploy, a kill)
+// resumes on another without a reset: the events after its position when
+// that node's history holds it, else the newest head when the block the
+// browser last saw is still the chain's (Options.HashAt), else a reset.
 package stream
 
 import (
-	"math/rand/v2"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +76,12 @@ type Options struct {
 	// for a chain, and made outside the hub's lock (it may call the Hub).
 	// nil: none.
 	OnListen func(chain string, listening bool)
+	// HashAt is the hash of chain's block at height as this node knows
+	// it ("" when it does not), asked when a stream resumes from an id
+	// whose block this hub's history does not hold (another node's, or
+	// older than History): the same block still on the chain resumes with
+	// the newest head, anything else with a reset. nil: a reset.
+	HashAt func(chain string, height int64) string
 	// Metrics records the explorer_edge_stream_* families. nil: none.
 	Metrics *Metrics
 	// KeptConns says that the server keeps hijacked connections
@@ -112,25 +121,31 @@ type Kind uint8
 const (
 	Head  Kind = iota + 1 // a new head
 	Reorg                 // a reorganization, found to its fork
+	Stale                 // the upstream has failed longer than a block interval, or answers again
 )
 
 // Event is what Publish announces.
 type Event struct {
 	Kind   Kind
 	Chain  string // one of Options.Chains, exactly
-	Height int64  // Head: the new head's height
+	Height int64  // Head: the new head's height; Stale: the newest head known
 	Hash   string // Head: the head's hash; Reorg: the new branch's block at Fork
-	Time   int64  // Head: the block's time, Unix milliseconds
-	Final  int64  // Head: the finalized height; 0 when none is known
-	Fork   int64  // Reorg: the lowest height replaced (truth.Reorg.Fork)
-	Depth  int64  // Reorg: blocks replaced (truth.Reorg.Depth)
+	Time   int64  // Head: the block's time, Unix milliseconds; Stale: the last answer's
+	// Stale: true when the chain's newest page has not been had for
+	// longer than a block interval (heads are delayed, not absent);
+	// false when it is had again.
+	Stale bool
+	Final int64 // Head: the finalized height; 0 when none is known
+	Fork  int64 // Reorg: the lowest height replaced (truth.Reorg.Fork)
+	Depth int64 // Reorg: blocks replaced (truth.Reorg.Depth)
 }
 
 // frame is one event's bytes on the wire, encoded once and shared by every
 // subscriber; never changed after Publish.
 type frame struct {
-	seq  uint64
+	seq  uint64 // the hub's order of publication (ids are positions)
 	kind Kind
+	pos  position // its chain's position after it
 	b    []byte
 	at   time.Time // Publish's
 	// pending counts the subscribers it was handed to that have not
@@ -147,9 +162,11 @@ type chain struct {
 	subs      []*sub
 	ring      []*frame // the last History events, oldest at next when full
 	next      int
-	evicted   uint64 // seq of the newest event the ring let go; 0: none
-	head      *frame // the newest head event, kept whatever the ring holds
-	last      Event  // the newest head event as published
+	evicted   *frame   // the newest event the ring let go; nil: none
+	head      *frame   // the newest head event, kept whatever the ring holds
+	last      Event    // the newest head event as published
+	pos       position // where the chain stands: the position of its newest event
+	stale     *frame   // the newest stale event while it says stale, else nil
 	listeners atomic.Int32
 	reported  bool // the last OnListen value; guarded by Hub.listenMu
 	gauge     gauge
@@ -159,7 +176,7 @@ func (c *chain) remember(f *frame) {
 	if len(c.ring) < cap(c.ring) {
 		c.ring = append(c.ring, f)
 	} else {
-		c.evicted = c.ring[c.next].seq
+		c.evicted = c.ring[c.next]
 		c.ring[c.next] = f
 		c.next = (c.next + 1) % len(c.ring)
 	}
@@ -187,7 +204,6 @@ const (
 // Hub is the subscribers of one node. Create it with New; Close it.
 type Hub struct {
 	opt    Options
-	epoch  string
 	chains map[string]*chain // fixed at New
 	order  []*chain
 	hb     *frame
@@ -210,7 +226,6 @@ func New(opt Options) *Hub {
 	opt.defaults()
 	h := &Hub{
 		opt:    opt,
-		epoch:  strconv.FormatUint(rand.Uint64()>>24, 36),
 		chains: make(map[string]*chain, len(opt.Chains)),
 		hb:     &frame{b: []byte(": hb\n\n")},
 		m:      opt.Metrics,
@@ -246,7 +261,7 @@ func (h *Hub) Listening(chain string) bool {
 // once.
 func (h *Hub) Publish(ev Event) {
 	c := h.chains[ev.Chain]
-	if c == nil || (ev.Kind != Head && ev.Kind != Reorg) {
+	if c == nil || (ev.Kind != Head && ev.Kind != Reorg && ev.Kind != Stale) {
 		return
 	}
 	f := &frame{kind: ev.Kind, at: time.Now(), counted: true}
@@ -254,17 +269,26 @@ func (h *Hub) Publish(ev Event) {
 	var emptied []*chain
 	sent := 0
 	h.mu.Lock()
-	if h.state == closed || (ev.Kind == Head && c.head != nil && !ahead(ev, c.last)) {
+	if h.state == closed || (ev.Kind == Head && c.head != nil && !ahead(ev, c.last)) ||
+		(ev.Kind == Stale && (c.stale != nil) == ev.Stale) {
 		h.mu.Unlock()
 		return
 	}
 	if ev.Kind == Head {
 		c.last = ev
 	}
+	c.pos = c.pos.after(ev)
+	f.pos = c.pos
 	h.seq++
 	f.seq = h.seq
-	f.b = appendEvent(make([]byte, 0, 192), h.epoch, f.seq, ev)
+	f.b = appendEvent(make([]byte, 0, 192+16*len(h.order)), h.appendIDLocked, ev)
 	c.remember(f)
+	if ev.Kind == Stale {
+		c.stale = nil
+		if ev.Stale {
+			c.stale = f
+		}
+	}
 	for i := 0; i < len(c.subs); {
 		s := c.subs[i]
 		f.pending.Add(1)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,10 +73,9 @@ func TestEventsInOrder(t *testing.T) {
 			}
 		}
 	}
-	// Ids grow by one: one sequence for every chain.
+	// Every event moves the id: each is where the chains stood after it.
 	for i := 1; i < len(ids); i++ {
-		a, b := seqOf(t, ids[i-1]), seqOf(t, ids[i])
-		if b != a+1 {
+		if ids[i] == ids[i-1] || strings.Count(ids[i], ".") != 1 {
 			t.Fatalf("ids %s then %s", ids[i-1], ids[i])
 		}
 	}
@@ -98,14 +98,9 @@ func histCount(e *env) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
-func seqOf(t *testing.T, id string) uint64 {
-	t.Helper()
-	_, s, ok := strings.Cut(id, ".")
-	n, err := strconv.ParseUint(s, 10, 64)
-	if !ok || err != nil {
-		t.Fatalf("id %q", id)
-	}
-	return n
+// posOf is one chain's part of an id for its head at height.
+func posOf(chain string, height int64) string {
+	return strconv.FormatInt(height, 10) + "-" + strconv.FormatUint(uint64(tagOf(hashOf(chain, height))), 36)
 }
 
 func TestHeaders(t *testing.T) {
@@ -219,8 +214,11 @@ func TestResume(t *testing.T) {
 		check(c)
 	}
 	e.hub.Publish(headEvent("ETH", 10)) // live
+	var upToDate string
 	for _, c := range []*client{byHeader, byParam, both} {
-		wantHead(t, c.nextEvent(t), "ETH", 10)
+		ev := c.nextEvent(t)
+		wantHead(t, ev, "ETH", 10)
+		upToDate = ev.id
 	}
 	// A stream of one chain resumes that chain's events only.
 	eth := e.open(t, "chains=ETH", "Last-Event-ID", last)
@@ -228,26 +226,118 @@ func TestResume(t *testing.T) {
 		wantHead(t, eth.nextEvent(t), "ETH", h)
 	}
 	// Up to date: nothing to replay.
-	now := e.open(t, "chains=ETH", "Last-Event-ID", idOf(e, 11))
+	now := e.open(t, "chains=ETH", "Last-Event-ID", upToDate)
 	e.hub.Publish(headEvent("ETH", 11))
 	wantHead(t, now.nextEvent(t), "ETH", 11)
 }
 
-func idOf(e *env, seq uint64) string { return e.hub.epoch + "." + strconv.FormatUint(seq, 10) }
+// TestResumeOnAnotherHub: ids come from the chains, not the hub: two
+// hubs that published the same events give them the same ids, and a
+// stream resumes from one's id on the other without a reset; an id whose
+// block another hub does not hold resumes with the newest head when
+// HashAt says the block is still the chain's, else with a reset.
+func TestResumeOnAnotherHub(t *testing.T) {
+	onChain := map[int64]string{}
+	a := start(t, Options{}, nil, nil)
+	b := start(t, Options{HashAt: func(chain string, h int64) string { return onChain[h] }}, nil, nil)
+	sa, sb := a.open(t, "chains=ETH,BSC"), b.open(t, "chains=ETH,BSC")
+	for i := int64(1); i <= 4; i++ {
+		a.hub.Publish(headEvent("ETH", i))
+		b.hub.Publish(headEvent("ETH", i))
+	}
+	var last string
+	for i := int64(1); i <= 4; i++ {
+		ea, eb := sa.nextEvent(t), sb.nextEvent(t)
+		if ea.id != eb.id || ea.id != posOf("ETH", i)+".0" {
+			t.Fatalf("head %d: ids %q and %q, want %q", i, ea.id, eb.id, posOf("ETH", i)+".0")
+		}
+		if i == 2 {
+			last = ea.id
+		}
+	}
+	// a's stream resumes on b after head 2: heads 3 and 4, no reset.
+	c := b.open(t, "chains=ETH,BSC", "Last-Event-ID", last)
+	wantHead(t, c.nextEvent(t), "ETH", 3)
+	wantHead(t, c.nextEvent(t), "ETH", 4)
+	// A hub that started after head 2 (b2, history from head 5): the block
+	// of the id is the chain's (HashAt): the newest head, no reset.
+	b2 := start(t, Options{HashAt: func(chain string, h int64) string { return onChain[h] }}, nil, nil)
+	b2.hub.Publish(headEvent("ETH", 5))
+	onChain[2] = hashOf("ETH", 2)
+	c = b2.open(t, "chains=ETH", "Last-Event-ID", last)
+	if ev := c.nextEvent(t); ev.event != "head" {
+		t.Fatalf("resume on a newer hub: %+v, want the newest head", ev)
+	} else {
+		wantHead(t, ev, "ETH", 5)
+	}
+	// Replaced since (a reorganization the client did not see): a reset.
+	onChain[2] = "0xother"
+	c = b2.open(t, "chains=ETH", "Last-Event-ID", last)
+	if ev := c.nextEvent(t); ev.event != "reset" {
+		t.Fatalf("resume after the block was replaced: %+v, want a reset", ev)
+	}
+	wantHead(t, c.nextEvent(t), "ETH", 5)
+	// A hub behind the id: nothing at once, its next head live.
+	b3 := start(t, Options{}, nil, nil)
+	b3.hub.Publish(headEvent("ETH", 1))
+	c = b3.open(t, "chains=ETH", "Last-Event-ID", last)
+	b3.hub.Publish(headEvent("ETH", 3))
+	wantHead(t, c.nextEvent(t), "ETH", 3)
+}
+
+// TestStaleEvent: a stale event is sent once per change (stale, then
+// answered again), replayed to a new stream while the chain is stale, and
+// moves the id.
+func TestStaleEvent(t *testing.T) {
+	e := start(t, Options{}, nil, nil)
+	s := e.open(t, "chains=ETH")
+	e.hub.Publish(headEvent("ETH", 1))
+	h1 := s.nextEvent(t)
+	for range 2 {
+		e.hub.Publish(Event{Kind: Stale, Chain: "ETH", Stale: true, Height: 1, Time: 5})
+	}
+	ev := s.nextEvent(t)
+	if ev.event != "stale" || ev.data != `{"chain":"ETH","stale":true,"height":1,"since":5}` || ev.id != posOf("ETH", 1)+"-1.0" {
+		t.Fatalf("stale: %+v", ev)
+	}
+	late := e.open(t, "chains=ETH")
+	wantHead(t, late.nextEvent(t), "ETH", 1)
+	if ev := late.nextEvent(t); ev.event != "stale" {
+		t.Fatalf("a new stream of a stale chain: %+v, want the stale event", ev)
+	}
+	back := e.open(t, "chains=ETH", "Last-Event-ID", h1.id)
+	if ev := back.nextEvent(t); ev.event != "stale" {
+		t.Fatalf("resumed after the head: %+v, want the stale event", ev)
+	}
+	e.hub.Publish(Event{Kind: Stale, Chain: "ETH", Stale: false, Height: 1, Time: 6})
+	for _, c := range []*client{s, late, back} {
+		if ev := c.nextEvent(t); ev.event != "stale" || !strings.Contains(ev.data, `"stale":false`) {
+			t.Fatalf("answered again: %+v", ev)
+		}
+	}
+	if got := testutil.ToFloat64(e.m.events[Stale]); got != 2 {
+		t.Errorf("events_total{type=stale} = %v, want 2", got)
+	}
+}
 
 // TestResetWhenTooOld: an id older than a chain's history gets a reset
 // naming that chain, its newest head, then the live events; the other
 // chains of the stream replay as usual.
 func TestResetWhenTooOld(t *testing.T) {
 	e := start(t, Options{History: 4}, nil, nil)
+	rec := e.open(t, "chains=ETH,BSC")
 	e.hub.Publish(headEvent("BSC", 1)) // id 1
 	for i := int64(2); i <= 11; i++ {  // ids 2-11, ETH's history keeps 8-11
 		e.hub.Publish(headEvent("ETH", i))
 	}
 	e.hub.Publish(Event{Kind: Reorg, Chain: "ETH", Fork: 10, Depth: 2, Hash: "0xe"}) // id 12: ETH keeps 9-12
 	e.hub.Publish(headEvent("BSC", 13))
+	ids := []string{""} // by the order published, from 1
+	for range 13 {
+		ids = append(ids, rec.nextEvent(t).id)
+	}
 
-	c := e.open(t, "chains=ETH,BSC", "Last-Event-ID", idOf(e, 3))
+	c := e.open(t, "chains=ETH,BSC", "Last-Event-ID", ids[3])
 	ev := c.nextEvent(t)
 	if ev.event != "reset" || ev.data != `{"chains":["ETH"]}` || ev.id != "" {
 		t.Fatalf("want a reset of ETH without an id, got %+v", ev)
@@ -258,7 +348,7 @@ func TestResetWhenTooOld(t *testing.T) {
 	wantHead(t, c.nextEvent(t), "ETH", 14)
 
 	// Within the history: no reset.
-	c = e.open(t, "chains=ETH", "Last-Event-ID", idOf(e, 9))
+	c = e.open(t, "chains=ETH", "Last-Event-ID", ids[9])
 	wantHead(t, c.nextEvent(t), "ETH", 10)
 	wantHead(t, c.nextEvent(t), "ETH", 11)
 	if ev := c.nextEvent(t); ev.event != "reorg" {
@@ -275,11 +365,12 @@ func TestGarbageLastEventID(t *testing.T) {
 	e := start(t, Options{}, nil, nil)
 	e.hub.Publish(headEvent("ETH", 1))
 	e.hub.Publish(headEvent("ETH", 2))
-	ep := e.hub.epoch
+	p := posOf("ETH", 2)
 	for _, id := range []string{
-		"garbage", ep, ep + ".", ep + ".x", ep + ".-1", ep + ".+1", ep + ". 1", ep + ".1 ", ep + ".99",
-		ep + ".18446744073709551616", ep + ".1.2", "other.1", "." + ep + ".1", "1", "%ff%fe",
-		ep + "." + strings.Repeat("0", 70) + "1", strings.Repeat("z", 3000),
+		"garbage", "k3x.41", p, p + ".", "." + p, p + ".0.0", p + ".x", p + ".-1", p + ". 0", p + ".0 ", "0",
+		p + "-0.0", p + "-.0", "0" + p + ".0", "2-A.0", "2--a.0", "-2-a.0", "2-a-1-1.0", "0-a.0",
+		"99999999999999999999-a.0", "2-zzzzzzzz.0", p + "-18446744073709551616.0", "%ff%fe",
+		strings.Repeat("0", 70) + "1-a.0", strings.Repeat("z", 3000),
 	} {
 		c := e.open(t, "chains=ETH,BSC&lastEventId="+url.QueryEscape(id))
 		ev := c.nextEvent(t)
@@ -290,7 +381,7 @@ func TestGarbageLastEventID(t *testing.T) {
 		c.resp.Body.Close()
 	}
 	c := e.open(t, "chains=BSC", "Last-Event-ID", "junk\xe9")
-	if ev := c.nextEvent(t); ev.event != "reset" || ev.id != idOf(e, 2) {
+	if ev := c.nextEvent(t); ev.event != "reset" || ev.id != p+".0" {
 		t.Fatalf("want a reset with the newest id, got %+v", ev)
 	}
 	e.hub.Publish(headEvent("BSC", 3))
@@ -298,39 +389,42 @@ func TestGarbageLastEventID(t *testing.T) {
 }
 
 func TestParseID(t *testing.T) {
-	h := &Hub{epoch: "k3x", seq: 41}
-	f := func(id string, want uint64, wantOK bool) {
+	h := &Hub{order: []*chain{{name: "ETH"}, {name: "BSC"}}}
+	f := func(id string, want []position, wantOK bool) {
 		t.Helper()
 		got, ok := h.parseID([]byte(id))
-		if ok != wantOK || (ok && got != want) {
-			t.Errorf("parseID(%q) = %d, %v; want %d, %v", id, got, ok, want, wantOK)
+		if ok != wantOK || (ok && !slices.Equal(got, want)) {
+			t.Errorf("parseID(%q) = %v, %v; want %v, %v", id, got, ok, want, wantOK)
 		}
 	}
-	f("k3x.0", 0, true)
-	f("k3x.41", 41, true)
-	f("k3x.0041", 41, true)
-	f("k3x.42", 0, false) // from the future
-	f("k3x.18446744073709551615", 0, false)
-	f("k3x.18446744073709551616", 0, false) // overflows
-	f("k3x.", 0, false)
-	f("k3x", 0, false)
-	f("", 0, false)
-	f(".1", 0, false)
-	f("k3y.1", 0, false)
-	f("K3X.1", 0, false)
-	f("k3x.1e3", 0, false)
-	f("k3x.0x1", 0, false)
-	f("k3x.1_0", 0, false)
-	f("k3x.٣", 0, false)
-	f("k3x.k3x.1", 0, false)
-	f("k3x."+strings.Repeat("0", 60)+"1", 0, false)
+	f("0.0", []position{{}, {}}, true)
+	f("41-a.0", []position{{41, 10, 0}, {}}, true)
+	f("41-a-3.7-zz", []position{{41, 10, 3}, {7, 36*35 + 35, 0}}, true)
+	f("9223372036854775807-1z141z3", nil, false) // one chain short
+	f("9223372036854775807-1z141z3.0.0", nil, false)
+	f("9223372036854775807-1z141z3.1-1", []position{{1<<63 - 1, 1<<32 - 1, 0}, {1, 1, 0}}, true)
+	f("9223372036854775808-a.0", nil, false) // overflows
+	f("1-1z141z4.0", nil, false)             // a tag past 32 bits
+	f("041-a.0", nil, false)
+	f("41-0a.0", nil, false)
+	f("41-a-0.0", nil, false)
+	f("41-a-01.0", nil, false)
+	f("41-A.0", nil, false)
+	f("41.0", nil, false)
+	f("0-a.0", nil, false)
+	f("41-a-1-1.0", nil, false)
+	f("", nil, false)
+	f(".", nil, false)
+	f("k3x.41", nil, false)
+	f("41-a.0"+strings.Repeat("0", 80), nil, false)
 }
 
 func TestEncoding(t *testing.T) {
 	ev := Event{Kind: Head, Chain: "ETH", Height: 7, Hash: "0x\"a\\b\nid: 1\r\n\ndata: x\x00\xff", Time: 9, Final: -1}
-	b := appendEvent(nil, "ep", 5, ev)
+	id := func(s string) func([]byte) []byte { return func(b []byte) []byte { return append(b, s...) } }
+	b := appendEvent(nil, id("7-a.0"), ev)
 	lines := strings.Split(strings.TrimSuffix(string(b), "\n\n"), "\n")
-	if len(lines) != 3 || lines[0] != "id: ep.5" || lines[1] != "event: head" || !strings.HasPrefix(lines[2], "data: ") {
+	if len(lines) != 3 || lines[0] != "id: 7-a.0" || lines[1] != "event: head" || !strings.HasPrefix(lines[2], "data: ") {
 		t.Fatalf("frame %q", b)
 	}
 	var h head
@@ -340,8 +434,8 @@ func TestEncoding(t *testing.T) {
 	if h.Hash != "0x\"a\\b\nid: 1\r\n\ndata: x\x00\ufffd" || h.Height != 7 || h.Time != 9 || h.Final != -1 {
 		t.Errorf("decoded %+v", h)
 	}
-	b = appendEvent(nil, "ep", 6, Event{Kind: Reorg, Chain: "BSC", Fork: 10, Depth: 3, Hash: "0xc"})
-	if want := "id: ep.6\nevent: reorg\ndata: {\"chain\":\"BSC\",\"fork\":10,\"depth\":3,\"hash\":\"0xc\"}\n\n"; string(b) != want {
+	b = appendEvent(nil, id("7-a.10-b"), Event{Kind: Reorg, Chain: "BSC", Fork: 10, Depth: 3, Hash: "0xc"})
+	if want := "id: 7-a.10-b\nevent: reorg\ndata: {\"chain\":\"BSC\",\"fork\":10,\"depth\":3,\"hash\":\"0xc\"}\n\n"; string(b) != want {
 		t.Errorf("reorg frame %q, want %q", b, want)
 	}
 }
@@ -564,10 +658,17 @@ func TestHeldWrite(t *testing.T) {
 	e := start(t, Options{Heartbeat: time.Hour}, func(s *fasthttp.Server) { s.WriteBufferSize = tcpio.WriteChunk }, tcpio.Listener)
 	c := e.open(t, "chains=ETH")
 	ev := headEvent("ETH", 1)
-	n := len(appendEvent(nil, e.hub.epoch, 1, ev))
-	ev.Hash += strings.Repeat("a", heldWrite-n)
-	if n := len(appendEvent(nil, e.hub.epoch, 1, ev)); n != heldWrite {
-		t.Fatalf("frame of %d bytes", n)
+	frame := func() []byte {
+		id := "1-" + strconv.FormatUint(uint64(tagOf(ev.Hash)), 36) + ".0"
+		return appendEvent(nil, func(b []byte) []byte { return append(b, id...) }, ev)
+	}
+	// The tag's length moves with the hash: try paddings around the gap.
+	base, gap := ev.Hash, heldWrite-len(frame())
+	for pad := gap - 8; len(frame()) != heldWrite; pad++ {
+		if pad > gap+8 {
+			t.Fatalf("no padding makes a frame of %d bytes", heldWrite)
+		}
+		ev.Hash = base + strings.Repeat("a", pad)
 	}
 	e.hub.Publish(ev)
 	wantHead(t, c.nextEvent(t), "ETH", 1)
@@ -595,7 +696,7 @@ func TestConcurrentPublish(t *testing.T) {
 		c := e.open(t, "chains=ETH,BSC")
 		subs.Go(func() {
 			defer c.resp.Body.Close()
-			last := uint64(0)
+			var last [2]int64 // each chain's height in the id
 			for n := 0; n < 100; {
 				ev, ok := <-c.events
 				if !ok {
@@ -605,13 +706,16 @@ func TestConcurrentPublish(t *testing.T) {
 					continue
 				}
 				n++
-				_, id, _ := strings.Cut(ev.id, ".")
-				s, _ := strconv.ParseUint(id, 10, 64)
-				if s <= last {
-					t.Errorf("id %d after %d", s, last)
+				var now [2]int64
+				for i, part := range strings.Split(ev.id, ".") {
+					h, _, _ := strings.Cut(part, "-")
+					now[i], _ = strconv.ParseInt(h, 10, 64)
+				}
+				if now[0] < last[0] || now[1] < last[1] || now == last {
+					t.Errorf("id %v after %v", now, last)
 					return
 				}
-				last = s
+				last = now
 			}
 		})
 	}

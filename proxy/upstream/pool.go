@@ -478,9 +478,10 @@ func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *ac
 	var u *account
 	var retry time.Duration
 	switch {
-	case (f.HaveStale || f.Background) && pl.refreshes.Allow():
+	case (f.HaveStale || f.Background) && !(f.Poll && f.Background) && pl.refreshes.Allow():
 		// A refresh of a copy clients are served from goes ahead of the
-		// misses, within its share of the budget.
+		// misses, within its share of the budget. The event stream's
+		// refresh of a variant (Poll and Background) yields to them.
 		u, retry = pl.queue.takeRefresh(cfg.BudgetWait, avoid)
 	case f.HaveStale || f.Background:
 		u, retry = pl.queue.take(t, 0, f.Background, avoid)
