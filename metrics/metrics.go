@@ -159,6 +159,8 @@ type Metrics struct {
 	Purges         *prometheus.CounterVec // {selector,mode}: POST /purge and purges from the fleet
 	Reorgs         *prometheus.CounterVec // {chain}: reorganizations seen in block lists
 	ReorgProbes    *prometheus.CounterVec // {chain}: block lists asked further back to find a reorganization's fork
+	ReadsRefused   *prometheus.CounterVec // {tier,reason}: entries read back from the disk or Redis and not served
+	Confirms       *prometheus.CounterVec // {chain}: newest pages asked to confirm what a tier held
 
 	// The listeners, by listener (public, admin).
 	AcceptErrors *prometheus.CounterVec // {listener}: accepts failed and retried
@@ -372,11 +374,21 @@ func (m *Metrics) registerChains(chains []string) {
 		Help: "Chain reorganizations seen: a block list with another hash at a height than the edge saw before."}, []string{"chain"})
 	m.ReorgProbes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reorg_probes_total",
 		Help: "Block lists asked further back than any client asked, to find the fork of a reorganization deeper than the list that showed it."}, []string{"chain"})
-	m.Registry.MustRegister(m.finalHeight, m.Reorgs, m.ReorgProbes)
+	m.ReadsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "reads_refused_total",
+		Help: "Entries read back from a tier under memory (tier: disk, shared) and not served, by reason (entry: not what the edge would have stored from the upstream, another key's, or out of bounds; unconfirmed: showing blocks above what this node confirmed from the upstream, or hashes other than the upstream's). Each is a miss."}, []string{"tier", "reason"})
+	m.Confirms = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "truth_confirms_total",
+		Help: "Newest block pages asked of the upstream to confirm an entry read back from the disk or Redis that showed blocks this node had not confirmed (at most one per chain per second)."}, []string{"chain"})
+	m.Registry.MustRegister(m.finalHeight, m.Reorgs, m.ReorgProbes, m.ReadsRefused, m.Confirms)
+	for _, tier := range []string{"disk", "shared"} {
+		for _, reason := range []string{"entry", "unconfirmed"} {
+			m.ReadsRefused.WithLabelValues(tier, reason)
+		}
+	}
 	for _, c := range chains {
 		m.chains[c] = true
 		m.Reorgs.WithLabelValues(c)
 		m.ReorgProbes.WithLabelValues(c)
+		m.Confirms.WithLabelValues(c)
 	}
 }
 

@@ -237,11 +237,10 @@ func (p *Proxy) itemFromDisk(s *settings, key string, now time.Time) *cache.Entr
 	if !p.purges.Known() {
 		return nil
 	}
-	e := p.tiers.disk.Get(key, now)
+	e := p.admitRead(s, tierDisk, key, p.tiers.disk.Get(key, now)) // checked as a whole answer is (tier.go)
 	if e == nil {
 		return nil
 	}
-	p.clampTimes(s, &route.Table[route.TransactionMulti], e)
 	if e = p.purges.Judge(e); e != nil {
 		p.promote(s, e, now)
 	}

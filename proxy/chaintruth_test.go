@@ -411,15 +411,22 @@ func TestReplacedAnswerNeverStandsIn(t *testing.T) {
 	}
 }
 
-// TestFleetNodeLearnsFinalityFromRedis: a node that reads the block list
-// only from Redis (another node fetched it) learns the finalized height,
-// and so classes a done block's transactions final. On 6858c2c only the
-// node that fetched a block list from the upstream learned it.
+// TestFleetNodeLearnsFinalityFromRedis: a node that reads the newest
+// block list only from Redis (another node fetched it) learns the
+// finalized height from it, up to the height it confirmed from the
+// upstream itself (docs/design.md, "Chain truth": here one block at the
+// head, asked of the upstream, none of it done), and so classes a done
+// block's transactions final. On 6858c2c only the node that fetched a
+// block list from the upstream learned it.
 func TestFleetNodeLearnsFinalityFromRedis(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 2)
 	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	edges[0].get(blocks)
+	edges[1].get(fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d&limit=1", h.sim.Head("CHAINX")))
+	if f := edges[1].p.truth.Final("CHAINX"); f != 0 {
+		t.Fatalf("finalized height %d from a block not done", f)
+	}
 	if r := edges[1].get(blocks); !strings.Contains(r.header["Cache-Status"], "shared") {
 		t.Fatalf("the second node's block list: %q, want it from Redis", r.header["Cache-Status"])
 	}

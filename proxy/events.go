@@ -45,17 +45,24 @@ func (c eventsCore) Poll(chain, key string, background bool) *cache.Entry {
 
 func (c eventsCore) Cached(key string) *cache.Entry { return c.p.cache.GetString(key) }
 
-// Warm copies key from the shared tier into memory, feeding chain truth
-// with it, as a miss that found it there would.
+// Warm copies key from the shared tier into memory, as a miss that found
+// it there would: checked, and judged by chain truth (believe). A page
+// showing a head this node has not confirmed from the upstream is not
+// taken: the chain's newest page is asked of the upstream instead (at most
+// once per chain per second, truth.TryConfirm), and memory then holds the
+// upstream's answer under the default question, which is what the poller
+// announces from. Another node's word in Redis never becomes a head here
+// by itself.
 func (c eventsCore) Warm(chain, key string) {
 	p := c.p
 	if p.tiers.shared == nil {
 		return
 	}
 	s := p.settings.Load()
-	f := &upstream.Request{Route: &route.Table[route.BlockList], Key: key, Chain: chain, Height: -1, HeadList: true}
+	f := &upstream.Request{Route: &route.Table[route.BlockList], Key: key, Chain: chain, Height: -1, HeadList: true,
+		Tenant: s.auth.TenantOf(nil)}
 	ent := p.shared(s).Get(key, p.clock())
-	if ent == nil || p.observeEntry(f, ent) > 0 || ent.StateAt(p.clock().UnixNano()) != cache.Fresh {
+	if ent == nil || p.believe(s, tierShared, f, ent, true) != readServe || ent.StateAt(p.clock().UnixNano()) != cache.Fresh {
 		return
 	}
 	p.keep(s, ent, p.clock())

@@ -6,10 +6,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"explorer-edge/cache"
 	"explorer-edge/config"
 	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
+	"explorer-edge/proxy/upstream"
 )
 
 // Looking inside a running edge (package admin serves it, on the admin
@@ -19,8 +21,10 @@ import (
 //	GET /cache/top?n=20                       the most-asked keys of the last minutes (admin/top.go)
 //	GET /config                               the configuration in force, secrets redacted
 //
-// None of them asks the upstream or the shared tier, or changes what the
-// cache holds.
+// None of them asks the upstream or changes what the cache holds. GET
+// /cache reads the key from the disk tier and the shared tier as a miss
+// would (one read each), and says whether a miss would take what they
+// hold, without taking it: chain truth is asked, not fed (truth.Judge).
 
 // inspect is what this node holds for a public request URI (GET /cache):
 // parsed as the public path parses it (a question it refuses is refused
@@ -47,12 +51,15 @@ func (p *Proxy) inspect(raw []byte) (*admin.Inspected, *envelope.Error) {
 	out := &admin.Inspected{URL: string(raw), Key: string(q.Key), Route: r.Name, Chain: string(q.Chain),
 		At: now.UTC().Format(time.RFC3339Nano)}
 	out.KeyState = p.inspectKey(out.Key, now)
+	f := &upstream.Request{Route: r, Key: out.Key, Chain: out.Chain, Height: q.Height, HeadList: route.IsHeadList(r.ID, q.Height, q.Page)}
+	out.Tiers = p.inspectTiers(s, f, now)
 	if r.PerHash {
 		out.Parts = make([]admin.Part, q.NHashes)
 		for i := range q.NHashes {
 			h := string(q.Hash(i))
 			k := route.HashKey(out.Chain, h)
-			out.Parts[i] = admin.Part{Hash: h, Key: k, KeyState: p.inspectKey(k, now)}
+			g := &upstream.Request{Route: &route.Table[route.TransactionMulti], Key: k, Chain: out.Chain, Height: -1}
+			out.Parts[i] = admin.Part{Hash: h, Key: k, KeyState: p.inspectKey(k, now), Tiers: p.inspectTiers(s, g, now)}
 			p.work.batch.mu.Lock()
 			_, out.Parts[i].Fetching = p.work.batch.flying[k]
 			p.work.batch.mu.Unlock()
@@ -68,6 +75,40 @@ func (p *Proxy) inspectKey(key string, now time.Time) admin.KeyState {
 	_, refreshing := p.work.refreshing[key]
 	p.work.mu.Unlock()
 	return admin.KeyStateOf(e, now, refreshing, p.settings.Load().chains)
+}
+
+// inspectTiers is what the disk tier and the shared tier hold under f's
+// key, and whether a miss would take it: the checks of every read
+// (checkRead), the purges this node knows, and chain truth (asked only).
+func (p *Proxy) inspectTiers(s *settings, f *upstream.Request, now time.Time) admin.Tiers {
+	var out admin.Tiers
+	if p.tiers.disk != nil {
+		out.Disk = p.inspectTier(s, f, p.tiers.disk.Get(f.Key, now), now)
+	}
+	if p.tiers.shared != nil {
+		out.Shared = p.inspectTier(s, f, p.tiers.shared.Get(f.Key, now), now)
+	}
+	return out
+}
+
+func (p *Proxy) inspectTier(s *settings, f *upstream.Request, e *cache.Entry, now time.Time) *admin.TierState {
+	if e == nil {
+		return &admin.TierState{State: e.StateAt(now.UnixNano()).String()}
+	}
+	why := p.checkRead(s, f.Key, e)
+	if why == "" && p.purges.Judge(e) == nil {
+		why = "purged"
+	}
+	if why == "" {
+		switch v := p.readEntry(f, e, false); {
+		case v.Behind > 0:
+			why = "a newest page behind the head seen"
+		case v.Unconfirmed:
+			why = "blocks this node has not confirmed from the upstream"
+		}
+	}
+	k := admin.KeyStateOf(e, now, false, s.chains)
+	return &admin.TierState{State: k.State, Entry: k.Entry, Passes: why == "", Refused: why}
 }
 
 // configApplied records cfg as the configuration in force from now: its

@@ -600,7 +600,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	// fetch fails for a request that has no copy of its own (standIn).
 	var stale lowerCopy
 	if p.tiers.disk != nil && !f.Poll {
-		c := lowerCopy{e: p.fromDisk(s, f), disk: true}
+		c := p.fromDisk(s, f)
 		if a := p.lower(s, f, c); a != nil {
 			return a, nil
 		}
@@ -639,8 +639,10 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 		return a, nil
 	}
 	p.up.Release(w, 0)
-	if stale.e.UsableOnError(p.clock().UnixNano()) {
-		stale.keep(p, s, p.clock()) // the next request finds it here
+	if !stale.unconfirmed && stale.e.UsableOnError(p.clock().UnixNano()) {
+		// The next request finds it here. Not a copy the upstream has not
+		// confirmed: held in memory it would be served as a hit.
+		stale.keep(p, s, p.clock())
 	}
 	return &loaded{stale: stale.e, upstream: took}, err
 }
@@ -650,6 +652,10 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 type lowerCopy struct {
 	e    *cache.Entry // nil: none
 	disk bool         // read from the disk tier: kept in memory, not written back
+	// unconfirmed: e shows blocks this node has not confirmed from the
+	// upstream (believe): it never answers while the upstream can be
+	// asked, and only stands in for a failure.
+	unconfirmed bool
 }
 
 // keep keeps c in memory as an entry of its tier.
@@ -666,6 +672,9 @@ func (c lowerCopy) keep(p *Proxy, s *settings, now time.Time) {
 // (not by a background fetch, which is that refresh). nil: it does not
 // answer (standIn).
 func (p *Proxy) lower(s *settings, f *upstream.Request, c lowerCopy) *loaded {
+	if c.unconfirmed {
+		return nil
+	}
 	switch c.e.StateAt(p.clock().UnixNano()) {
 	case cache.Fresh:
 		c.keep(p, s, p.clock())
@@ -693,45 +702,54 @@ func standIn(f *upstream.Request, c, stale lowerCopy) (*upstream.Request, lowerC
 }
 
 // fromDisk is the disk tier's copy of f's key: a final answer this node
-// kept, before a restart too. Chain truth sees its block first (a
-// reorganization it shows is purged at once); then it is judged, as the
-// shared tier's copies are, by the purges this node knows, and its times
-// are held to this node's configuration. In fleet mode the disk is not
-// read until the fleet's purge log has been (another node may have purged
-// an entry while this one was down).
-func (p *Proxy) fromDisk(s *settings, f *upstream.Request) *cache.Entry {
+// kept, before a restart too. It passes the checks the shared tier's
+// copies pass (admitRead: the key, the envelope, the sizes, the times,
+// the ETag), then chain truth judges it (believe: never beyond what this
+// node confirmed from the upstream), then the purges this node knows. In
+// fleet mode the disk is not read until the fleet's purge log has been
+// (another node may have purged an entry while this one was down).
+func (p *Proxy) fromDisk(s *settings, f *upstream.Request) lowerCopy {
 	if !p.purges.Known() {
-		return nil // a fleet's purges not read yet (purge.Purger.Known)
+		return lowerCopy{disk: true} // a fleet's purges not read yet (purge.Purger.Known)
 	}
 	_, ds := p.ops.tr.Span(f.Trace, "disk.get")
-	e := p.tiers.disk.Get(f.Key, p.clock())
+	e := p.admitRead(s, tierDisk, f.Key, p.tiers.disk.Get(f.Key, p.clock()))
 	tracing.End(ds, nil)
 	if e == nil {
-		return nil
+		return lowerCopy{disk: true}
 	}
-	p.observeEntry(f, e) // final answers: never a head page behind
-	p.clampTimes(s, f.Route, e)
-	return p.purges.Judge(e)
+	v := p.believe(s, tierDisk, f, e, !f.HeadList)
+	if v == readNone {
+		return lowerCopy{disk: true}
+	}
+	return lowerCopy{e: p.purges.Judge(e), disk: true, unconfirmed: v == readStandIn}
 }
 
 // fromShared asks the shared tier for f's key: its copy answers (lower),
 // else the fleet-wide fetch lock is taken, which unlock releases once the
-// fetch is over, and another node's answer while it waited answers.
+// fetch is over, and another node's answer while it waited answers. Each
+// copy is checked (sharedTier) and judged by chain truth (believe): a
+// head page behind the head seen, or one showing blocks this node has not
+// confirmed from the upstream, is not served.
 func (p *Proxy) fromShared(s *settings, f *upstream.Request) (a *loaded, c lowerCopy, unlock func()) {
 	_, ts := p.ops.tr.Span(f.Trace, "shared.get")
 	e := p.shared(s).Get(f.Key, p.clock())
 	tracing.End(ts, nil)
-	if e != nil && p.observeEntry(f, e) > 0 {
-		e = nil // another node's head page, behind the head seen: not served
+	v := readNone
+	if e != nil {
+		v = p.believe(s, tierShared, f, e, !f.HeadList)
 	}
-	c = lowerCopy{e: e}
+	if v == readNone {
+		e = nil
+	}
+	c = lowerCopy{e: e, unconfirmed: v == readStandIn}
 	if a := p.lower(s, f, c); a != nil {
 		return a, c, func() {}
 	}
 	_, ts = p.ops.tr.Span(f.Trace, "shared.lock")
 	unlock, e = p.shared(s).Lock(f.Key, p.clock)
 	tracing.End(ts, nil)
-	if e != nil && p.observeEntry(f, e) == 0 { // another node fetched it while we waited
+	if e != nil && p.believe(s, tierShared, f, e, false) == readServe { // another node fetched it while we waited
 		p.keep(s, e, p.clock())
 		return &loaded{entry: e, stored: true, shared: true}, c, unlock
 	}

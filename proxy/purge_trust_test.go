@@ -155,6 +155,7 @@ const tenYears = 10 * 365 * 24 * time.Hour
 func TestFleetPurgeFloorFromTheFutureRefused(t *testing.T) {
 	rdb := startRedis(t)
 	h, edges := newFleet(t, rdb, 2, withPurgeToken)
+	confirmHeads(t, "CHAINX", edges...)
 	rc := newPurgeRedis(t, h, rdb)
 	e := edges[0]
 

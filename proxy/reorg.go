@@ -3,7 +3,6 @@ package proxy
 import (
 	"strconv"
 
-	"explorer-edge/cache"
 	"explorer-edge/proxy/purge"
 	"explorer-edge/proxy/route"
 	"explorer-edge/proxy/truth"
@@ -11,9 +10,10 @@ import (
 )
 
 // Chain truth (package truth) is fed here, explicitly, by the request
-// path: observe is called with every answer that shows blocks (a block
-// list or a transaction list, from the upstream or the shared tier)
-// before it is classified and stored, and acts on the verdict:
+// path: observe is called with every upstream answer that shows blocks (a
+// block list or a transaction list) before it is classified and stored,
+// and acts on the verdict (an answer read back from the disk or the
+// shared tier is only read, never observed: believe, tier.go):
 //
 //   - a reorganization found to its fork point is counted and logged once
 //     (at error when it replaced a block called done), and purged, hard,
@@ -44,19 +44,6 @@ func (p *Proxy) observe(f *upstream.Request, body []byte, asked int64) (behind i
 		p.probe(f, v.ProbeBelow)
 	}
 	return v.Behind
-}
-
-// observeEntry is observe for an entry read from a tier under memory (disk,
-// shared): an answer as old as its Stored time.
-func (p *Proxy) observeEntry(f *upstream.Request, e *cache.Entry) (behind int64) {
-	if f.Route.ID != route.BlockList && f.Route.ID != route.TransactionList {
-		return 0
-	}
-	e.WithIdentity(func(body []byte) error {
-		behind = p.observe(f, body, e.Stored)
-		return nil
-	})
-	return behind
 }
 
 // probeLimit is the size of the block lists a probe asks (the route's

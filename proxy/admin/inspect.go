@@ -16,9 +16,34 @@ type Inspected struct {
 	Chain string `json:"chain"`
 	At    string `json:"at"` // the time the entry was judged at
 	KeyState
+	Tiers
 	// Parts are a per-hash route's hashes, each its own entry, in the
 	// order asked: the answer is assembled from them.
 	Parts []Part `json:"parts,omitempty"`
+}
+
+// Tiers is what the tiers under memory hold under a key: the disk tier
+// (absent without cache.disk_path) and the fleet's shared tier (absent on
+// a single node).
+type Tiers struct {
+	Disk   *TierState `json:"disk,omitempty"`
+	Shared *TierState `json:"shared,omitempty"`
+}
+
+// TierState is what one tier under memory holds under a key, read as a
+// miss would read it.
+type TierState struct {
+	// State is miss (nothing usable held), fresh, stale or expired, once
+	// the checks held its times to this node's configuration.
+	State string     `json:"state"`
+	Entry *EntryInfo `json:"entry"` // null: nothing held
+	// Passes: a miss would take it. Else Refused says why not: it fails
+	// the checks every entry read back passes (the key inside it, the
+	// route's envelope with code "0", the sizes), a purge selected it, or
+	// it shows blocks this node has not confirmed from the upstream
+	// (docs/design.md, "Chain truth").
+	Passes  bool   `json:"passes"`
+	Refused string `json:"refused,omitempty"`
 }
 
 // KeyState is what the edge holds under one key.
@@ -32,6 +57,7 @@ type Part struct {
 	Hash string `json:"hash"`
 	Key  string `json:"key"`
 	KeyState
+	Tiers
 	Fetching bool `json:"fetching"` // in a batch call under way
 }
 

@@ -19,8 +19,22 @@
 //   - an answer asked before the one that last set a height's hash tells
 //     nothing new about that height.
 //
-// It does no I/O: asking the upstream further back (a probe) is the
-// caller's, which then observes the probe's answer like any other.
+// Only the upstream is believed. An answer read back from a tier under
+// memory (the disk, the fleet's Redis) is read (Read), never observed: it
+// may be served when it shows nothing beyond what this node has confirmed
+// from the upstream (its newest block at most Slack above the highest
+// block of the upstream's answers, no hash that differs from one the
+// upstream gave), and even then it never moves the confirmed head, never
+// writes a hash, never reports a reorganization, and raises the finalized
+// height only to blocks at or below the confirmed height. Anything else is
+// Unconfirmed: the caller asks the upstream (docs/design.md, "Chain
+// truth"). Whoever can write to Redis or to the disk so costs the node at
+// most a confirming call, never a wrong head, finalized height or
+// reorganization.
+//
+// It does no I/O: asking the upstream further back (a probe) or to
+// confirm a read is the caller's, which then observes the upstream's
+// answer like any other.
 package truth
 
 import (
@@ -30,6 +44,14 @@ import (
 
 // Recent is how many heights per chain a hash is remembered for.
 const Recent = 1024
+
+// Slack is how many blocks the newest block of an answer read from a tier
+// may be above the highest block this node has confirmed from the
+// upstream and still be served: the head moves on while a node takes
+// another node's pages from Redis. Beyond it, the read is Unconfirmed.
+// Done marks get no slack: a block above the confirmed height is never
+// believed done from a read.
+const Slack = 4
 
 // Block is a block as an answer shows it.
 type Block struct {
@@ -62,6 +84,11 @@ type Verdict struct {
 	// Behind is how many blocks the newest block of a head answer is below
 	// the newest head seen; such an answer changed nothing.
 	Behind int64
+	// Unconfirmed (Read only): the answer read from a tier shows a block
+	// more than Slack above the confirmed height, or a hash other than
+	// the one the upstream gave for its height. It changed nothing and
+	// must not be served: the upstream is asked.
+	Unconfirmed bool
 }
 
 type seen struct {
@@ -81,12 +108,17 @@ type pending struct {
 }
 
 type chainState struct {
-	name  string
-	mu    sync.Mutex
-	ring  [Recent]seen
-	head  seen
-	open  *pending
-	final atomic.Int64
+	name string
+	mu   sync.Mutex
+	ring [Recent]seen // hashes the upstream gave
+	head seen         // the newest head the upstream gave
+	// confirmed is the highest block height of the upstream's answers
+	// (or restored, Restore): what a read is measured against.
+	confirmed int64
+	read      seen // the newest head read from a tier and taken (Read)
+	open      *pending
+	final     atomic.Int64
+	confirmAt atomic.Int64 // unix ns of the last confirming call (TryConfirm)
 }
 
 // Chains is the truth of every chain served. Create it with New.
@@ -113,7 +145,8 @@ func (c *Chains) Final(chain string) int64 {
 }
 
 // Head is the newest head seen on chain (height 0: none yet) and when the
-// answer showing it was asked (unix ns).
+// answer showing it was asked (unix ns): the upstream's, or one read from
+// a tier and taken (Read) when that is newer.
 func (c *Chains) Head(chain string) (height int64, hash string, asked int64) {
 	s := c.by[chain]
 	if s == nil {
@@ -121,7 +154,24 @@ func (c *Chains) Head(chain string) (height int64, hash string, asked int64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.head.height, s.head.hash, s.head.asked
+	h := s.head
+	if s.read.height > h.height || (s.read.height == h.height && s.read.asked > h.asked) {
+		h = s.read
+	}
+	return h.height, h.hash, h.asked
+}
+
+// Confirmed is the highest block height on chain the upstream's answers
+// showed (or Restore set), and when the newest head the upstream gave was
+// asked (unix ns; 0: none yet).
+func (c *Chains) Confirmed(chain string) (height, headAsked int64) {
+	s := c.by[chain]
+	if s == nil {
+		return 0, 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.confirmed, s.head.asked
 }
 
 // Hash is the hash last seen at height on chain, "" when none is known.
@@ -139,14 +189,34 @@ func (c *Chains) Hash(chain string, height int64) string {
 }
 
 // RaiseFinal raises chain's finalized height to h (never lowers it), for
-// a finalized height learned other than from blocks (the fleet's). It
+// a finalized height learned other than from blocks (another node's,
+// through Redis): never above the height this node confirmed from the
+// upstream, since whoever writes to Redis could say any height. It
 // reports whether it rose.
 func (c *Chains) RaiseFinal(chain string, h int64) bool {
 	s := c.by[chain]
 	if s == nil {
 		return false
 	}
+	s.mu.Lock()
+	h = min(h, s.confirmed)
+	s.mu.Unlock()
 	return s.raiseFinal(h)
+}
+
+// Restore sets chain's finalized height and confirmed height to at least
+// h: this node's own finalized height, kept across a restart, which it
+// confirmed from the upstream before it stopped. Answers read from the
+// disk at or below it are then taken before the first upstream answer.
+func (c *Chains) Restore(chain string, h int64) {
+	s := c.by[chain]
+	if s == nil || h <= 0 {
+		return
+	}
+	s.mu.Lock()
+	s.confirmed = max(s.confirmed, h)
+	s.mu.Unlock()
+	s.raiseFinal(h)
 }
 
 func (s *chainState) raiseFinal(h int64) bool {
@@ -178,6 +248,7 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 	if head && top < s.head.height {
 		return Verdict{Behind: s.head.height - top}
 	}
+	s.confirmed = max(s.confirmed, top)
 	oldHead := s.head.height
 	// Compare, then remember.
 	low, lowHash, deep := int64(-1), "", false
@@ -238,6 +309,96 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 	}
 	s.open = nil
 	return Verdict{Reorg: s.reorg(p)}
+}
+
+// TryConfirm reports whether the caller may ask the upstream now (unix
+// ns) to confirm a read (Unconfirmed): not when the upstream's newest
+// head, or another confirming call, is less than every old. So however
+// many unconfirmed reads come, a chain costs at most one confirming call
+// per every.
+func (c *Chains) TryConfirm(chain string, now, every int64) bool {
+	s := c.by[chain]
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	asked := s.head.asked
+	s.mu.Unlock()
+	if asked > 0 && now-asked < every {
+		return false
+	}
+	for {
+		last := s.confirmAt.Load()
+		if last > 0 && now-last < every {
+			return false
+		}
+		if s.confirmAt.CompareAndSwap(last, now) {
+			return true
+		}
+	}
+}
+
+// Read judges the blocks of an answer read from a tier under memory (the
+// disk, the shared tier), stored at asked (unix ns): Behind when it is a
+// head answer below the newest head seen (the upstream's or one read
+// before), Unconfirmed when its newest block is more than Slack above the
+// confirmed height or one of its hashes differs from the upstream's for
+// that height. Otherwise it may be served: a head answer becomes the
+// newest head read (Head), and its blocks marked done at or below the
+// confirmed height raise the finalized height. A read never writes a
+// hash, never moves the confirmed height and never reports a
+// reorganization: only the upstream's answers do (Observe).
+func (c *Chains) Read(chain string, blocks []Block, asked int64, head bool) Verdict {
+	return c.read(chain, blocks, asked, head, true)
+}
+
+// Judge is Read without its effects: what Read would say now (the admin
+// port's GET /cache).
+func (c *Chains) Judge(chain string, blocks []Block, head bool) Verdict {
+	return c.read(chain, blocks, 0, head, false)
+}
+
+func (c *Chains) read(chain string, blocks []Block, asked int64, head, apply bool) Verdict {
+	s := c.by[chain]
+	if s == nil || len(blocks) == 0 {
+		return Verdict{}
+	}
+	top := blocks[0].Height
+	for _, b := range blocks[1:] {
+		top = max(top, b.Height)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if newest := max(s.head.height, s.read.height); head && top < newest {
+		return Verdict{Behind: newest - top}
+	}
+	if top > s.confirmed+Slack {
+		return Verdict{Unconfirmed: true}
+	}
+	for _, b := range blocks {
+		if b.Height < 0 || b.Hash == "" {
+			continue
+		}
+		if r := s.ring[b.Height%Recent]; r.height == b.Height && r.hash != "" && r.hash != b.Hash {
+			return Verdict{Unconfirmed: true}
+		}
+	}
+	if !apply {
+		return Verdict{}
+	}
+	for _, b := range blocks {
+		if b.Done && b.Height > 0 && b.Height <= s.confirmed {
+			s.raiseFinal(b.Height)
+		}
+	}
+	if head && top >= s.read.height {
+		for _, b := range blocks {
+			if b.Height == top {
+				s.read = seen{top, b.Hash, asked, false}
+			}
+		}
+	}
+	return Verdict{}
 }
 
 // GiveUp ends the search for an open reorganization's fork on chain (a

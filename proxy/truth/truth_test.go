@@ -119,3 +119,97 @@ func TestNothingKnownBelowIsTheFork(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 }
+
+// TestReadNeverMovesTruthBeyondTheUpstream: an answer read back from a
+// tier (a forged newest page in Redis: a million blocks ahead, every block
+// done) is Unconfirmed and changes nothing; one within Slack of the
+// confirmed height may be served but raises the finalized height only to
+// done blocks the upstream confirmed; a hash other than the upstream's is
+// Unconfirmed, never a reorganization; and the fleet's finalized height
+// (RaiseFinal) is held to the confirmed height too.
+func TestReadNeverMovesTruthBeyondTheUpstream(t *testing.T) {
+	c := New([]string{"X"})
+	if v := c.Read("X", list(100, 20, "main", never, 98), 1, true); !v.Unconfirmed {
+		t.Fatalf("a read before any upstream answer: %+v, want unconfirmed", v)
+	}
+	c.Observe("X", list(100, 20, "main", never, 90), 2, true)
+	if got, _ := c.Confirmed("X"); got != 100 {
+		t.Fatalf("confirmed %d after the upstream's head 100", got)
+	}
+	forged := list(1_000_100, 20, "forged", 0, 1_000_100)
+	if v := c.Read("X", forged, 3, true); !v.Unconfirmed || v.Reorg != nil || v.Partial != nil {
+		t.Fatalf("a forged page a million ahead: %+v, want unconfirmed", v)
+	}
+	if h, _, _ := c.Head("X"); h != 100 {
+		t.Fatalf("head %d after the forged read, want 100", h)
+	}
+	if f := c.Final("X"); f != 90 {
+		t.Fatalf("final %d after the forged read, want 90", f)
+	}
+	// Within Slack: served, the head read moves, but done blocks above
+	// the confirmed height are not believed.
+	if v := c.Read("X", list(100+Slack, 20, "main", never, 100+Slack), 4, true); v != (Verdict{}) {
+		t.Fatalf("a page %d above the confirmed head: %+v, want it taken", Slack, v)
+	}
+	if h, _, _ := c.Head("X"); h != 100+Slack {
+		t.Fatalf("head %d after a read within the slack, want %d", h, 100+Slack)
+	}
+	if f := c.Final("X"); f != 100 {
+		t.Fatalf("final %d after a read marking blocks done up to %d, want the confirmed 100", f, 100+Slack)
+	}
+	if got, _ := c.Confirmed("X"); got != 100 {
+		t.Fatalf("a read moved the confirmed height to %d", got)
+	}
+	if v := c.Read("X", list(101+Slack, 20, "main", never, 0), 5, true); !v.Unconfirmed {
+		t.Fatalf("a page %d above the confirmed head: %+v, want unconfirmed", Slack+1, v)
+	}
+	// A hash other than the upstream's: unconfirmed, no reorganization.
+	if v := c.Read("X", list(100, 20, "b", 95, 0), 6, false); !v.Unconfirmed || v.Reorg != nil || v.Partial != nil {
+		t.Fatalf("a read with other hashes: %+v, want unconfirmed", v)
+	}
+	if got := c.Hash("X", 96); got != branch("main", 96) {
+		t.Fatalf("a read wrote hash %q at 96", got)
+	}
+	// A head read behind the newest head seen.
+	if v := c.Read("X", list(99, 20, "main", never, 0), 7, true); v.Behind != 1+Slack {
+		t.Fatalf("a head page behind the head read: %+v", v)
+	}
+	// The fleet's finalized height: held to the confirmed height.
+	if c.RaiseFinal("X", 1_000_000); c.Final("X") != 100 {
+		t.Fatalf("final %d after the fleet said a million, want the confirmed 100", c.Final("X"))
+	}
+	// The upstream's own answer moves everything.
+	c.Observe("X", list(110, 20, "main", never, 105), 8, true)
+	if got, _ := c.Confirmed("X"); got != 110 || c.Final("X") != 105 {
+		t.Fatalf("after the upstream's head 110: confirmed %d, final %d", got, c.Final("X"))
+	}
+	// Restore: this node's own finalized height from before a restart.
+	r := New([]string{"X"})
+	r.Restore("X", 90)
+	if got, _ := r.Confirmed("X"); got != 90 || r.Final("X") != 90 {
+		t.Fatalf("restored 90: confirmed %d, final %d", got, r.Final("X"))
+	}
+	if v := r.Read("X", []Block{{Height: 80, Hash: "h80"}}, 1, false); v != (Verdict{}) {
+		t.Fatalf("a read below the restored height: %+v, want it taken", v)
+	}
+}
+
+// TestTryConfirmOncePerInterval: however many unconfirmed reads, one
+// confirming call per chain per interval, and none while the upstream's
+// head is that recent.
+func TestTryConfirmOncePerInterval(t *testing.T) {
+	c := New([]string{"X"})
+	if !c.TryConfirm("X", 1000, 100) || c.TryConfirm("X", 1050, 100) {
+		t.Fatal("two confirming calls within the interval")
+	}
+	if !c.TryConfirm("X", 1100, 100) {
+		t.Fatal("no confirming call an interval later")
+	}
+	c.Observe("X", list(10, 5, "main", never, 0), 1150, true)
+	if c.TryConfirm("X", 1220, 100) {
+		t.Fatal("a confirming call 70 after the upstream's own head")
+	}
+	if c.TryConfirm("Y", 5000, 100) {
+		t.Fatal("a chain not served confirmed")
+	}
+}
