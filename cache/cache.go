@@ -52,6 +52,9 @@ type Entry struct {
 	// after.
 	Tags Tags
 	slot int32 // place in Cache.live while held; guarded by Cache.mu
+	// cdn is the tags header's value behind a CDN (tags.go: CDNTags),
+	// built at the entry's first answer.
+	cdn atomic.Pointer[CDNTags]
 
 	// etag holds ETag's bytes inside the struct: a hit reads them with the
 	// struct, not from one more place in memory.

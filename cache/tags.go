@@ -59,12 +59,14 @@ func (t *Tags) cost() int64 { return 48 + 4 + 16 + 8*int64(cap(t.Hashes)) }
 // windows count from there (a soft purge selected e while its answer was
 // on its way). The bytes are shared: entries never change.
 func (e *Entry) StaleFrom(at int64) *Entry {
-	return &Entry{
+	c := &Entry{
 		Key: e.Key, Body: e.Body, Gzip: e.Gzip, Size: e.Size, ETag: e.ETag,
 		Class: e.Class, Stored: e.Stored, Fresh: min(e.Fresh, at),
 		StaleWhileRevalidate: e.StaleWhileRevalidate, StaleIfError: e.StaleIfError,
 		Status: e.Status, Source: e.Source, Tags: e.Tags, slot: -1,
 	}
+	c.cdn.Store(e.cdn.Load())
+	return c
 }
 
 // index adds e to the list of held entries; mu is held.
@@ -183,4 +185,29 @@ func (c *Cache) indexLen() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.live)
+}
+
+// CDNTags is an entry's tags as the CDN reads them (proxy/purge:
+// Naming), under one naming (a configuration's cdn.tag_header and
+// tag_prefix): built once, at the entry's first answer under that naming,
+// so a hit only copies them. Their bytes are not in Cost: at most 50 tags
+// of 128 characters, a hundred bytes for most answers.
+type CDNTags struct {
+	Naming any // the naming they were built under, compared by identity
+	Value  []byte
+}
+
+// CDNTags are e's tags under naming, or nil when they were not built
+// under it yet.
+func (e *Entry) CDNTags(naming any) []byte {
+	if t := e.cdn.Load(); t != nil && t.Naming == naming {
+		return t.Value
+	}
+	return nil
+}
+
+// SetCDNTags keeps e's tags under naming; entries being shared, two
+// answers may build them at once: either is kept.
+func (e *Entry) SetCDNTags(naming any, value []byte) {
+	e.cdn.Store(&CDNTags{Naming: naming, Value: value})
 }

@@ -35,6 +35,7 @@ type Config struct {
 	Admin           Admin         `koanf:"admin"`
 	Tracing         Tracing       `koanf:"tracing"`
 	Stream          Stream        `koanf:"stream"`
+	CDN             CDN           `koanf:"cdn"` // behind a CDN: tags, lifetimes, purges (config/cdn.go, docs/cdn.md)
 }
 
 // Stream is the stream of chain events on the public port,
@@ -453,6 +454,7 @@ func Default() Config {
 		Tracing: Tracing{SampleRatio: 0.1, ServiceName: "explorer-edge"},
 		Stream: Stream{MaxSubscribers: 2048, MaxPerIP: 32, Heartbeat: 15 * time.Second, History: 256, Buffer: 16,
 			WriteTimeout: 10 * time.Second, Retry: 3 * time.Second, PollInterval: time.Second, Variants: 4, Lease: 3 * time.Second},
+		CDN: CDNDefaults(),
 	}
 }
 

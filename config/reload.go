@@ -145,6 +145,26 @@ var reloadRules = map[string]bool{
 	"stream.poll_interval":   true,
 	"stream.variants":        true,
 	"stream.lease":           false,
+
+	// Behind a CDN (docs/cdn.md): the headers are read at every answer
+	// (an answer's tags are built once, at its first answer under a
+	// naming); the purge sender is built once, at start.
+	"cdn.tag_header":     true,
+	"cdn.tag_prefix":     true,
+	"cdn.browser_ttl":    true,
+	"cdn.provider":       false,
+	"cdn.endpoints":      false,
+	"cdn.service":        false,
+	"cdn.api_token":      false,
+	"cdn.api_token_file": false,
+	"cdn.soft":           false,
+	"cdn.resend_after":   false,
+	"cdn.rate":           false,
+	"cdn.burst":          false,
+	"cdn.batch_tags":     false,
+	"cdn.timeout":        false,
+	"cdn.lease":          false,
+	"cdn.head_span":      false,
 }
 
 // ReloadRules is every key with what a reload does with it: true applied,

@@ -27,6 +27,7 @@ func (c *Config) secretFields() []secretField {
 		{"upstream.passphrase", &u.Passphrase, &u.PassphraseFile},
 		{"shared.redis_username", &sh.RedisUsername, &sh.RedisUsernameFile},
 		{"shared.redis_password", &sh.RedisPassword, &sh.RedisPasswordFile},
+		{"cdn.api_token", &c.CDN.APIToken, &c.CDN.APITokenFile},
 	}
 	for i := range c.Upstream.Accounts {
 		a := &c.Upstream.Accounts[i]

@@ -36,6 +36,7 @@ func (c *Config) Validate() error {
 	c.checkAdmin(v)
 	c.checkShared(v)
 	c.checkStream(v)
+	c.checkCDN(v)
 	if len(v.errs) == 0 {
 		return nil
 	}

@@ -143,20 +143,23 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 		origins  []string
 		headers  []string
 		identity int64 // cache.identity_bytes
+		cdn      string // cdn.tag_header
 	}{
-		{"plain: the answer's hot identity copy", nil, nil, 0},
-		{"plain, no identity copies: inflated into the response", nil, nil, -1},
-		{"gzip", nil, []string{"Accept-Encoding", "gzip"}, 0},
+		{"plain: the answer's hot identity copy", nil, nil, 0, ""},
+		{"plain, no identity copies: inflated into the response", nil, nil, -1, ""},
+		{"gzip", nil, []string{"Accept-Encoding", "gzip"}, 0, ""},
 		{"gzip with weights, CORS origin", []string{"https://a.example", "https://app.example"},
-			[]string{"Accept-Encoding", "br;q=1.0, gzip;q=0.8, *;q=0.1", "Origin", "https://app.example"}, 0},
-		{"CORS any, If-None-Match", []string{"*"}, []string{"Origin", "https://x.example", "If-None-Match", `"0000000000000000"`}, 0},
-		{"the client's X-Request-Id", nil, []string{"X-Request-Id", "0f8e2c4a-7b1d-4e9a-9c3f-5a6b7c8d9e0f"}, 0},
-		{"a signed client with a limit: RateLimit fields, its series", nil, signedAs(greedyKey, greedySecret, greedyPass, target), 0},
+			[]string{"Accept-Encoding", "br;q=1.0, gzip;q=0.8, *;q=0.1", "Origin", "https://app.example"}, 0, ""},
+		{"CORS any, If-None-Match", []string{"*"}, []string{"Origin", "https://x.example", "If-None-Match", `"0000000000000000"`}, 0, ""},
+		{"the client's X-Request-Id", nil, []string{"X-Request-Id", "0f8e2c4a-7b1d-4e9a-9c3f-5a6b7c8d9e0f"}, 0, ""},
+		{"a signed client with a limit: RateLimit fields, its series", nil, signedAs(greedyKey, greedySecret, greedyPass, target), 0, ""},
+		{"behind a CDN: tags, CDN-Cache-Control", nil, []string{"Accept-Encoding", "gzip"}, 0, "Cache-Tag"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			signed := len(c.headers) > 0 && c.headers[0] == "SVC-ACCESS-KEY"
 			h := newHarness(t, withCORS(c.origins...), func(cfg *config.Config, _ *sim.Config) {
 				cfg.Cache.IdentityBytes = c.identity
+				cfg.CDN.TagHeader = c.cdn
 				if signed {
 					cfg.Auth.Mode = "signed"
 					cfg.Auth.Clients = []config.Client{{Name: "web", APIKey: greedyKey, SecretKey: greedySecret, Passphrase: greedyPass, Rate: 1e9, Burst: 1 << 30}}
@@ -184,6 +187,9 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 			}
 			if len(c.origins) > 0 && len(ctx.Response.Header.Peek("Access-Control-Allow-Origin")) == 0 {
 				t.Fatalf("no CORS header on the hit")
+			}
+			if c.cdn != "" && (len(ctx.Response.Header.Peek(c.cdn)) == 0 || len(ctx.Response.Header.Peek("CDN-Cache-Control")) == 0) {
+				t.Fatalf("no %s or CDN-Cache-Control on the hit", c.cdn)
 			}
 			if len(ctx.Response.Header.Peek("X-Request-Id")) == 0 {
 				t.Fatalf("no X-Request-Id on the hit")

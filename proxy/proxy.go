@@ -52,6 +52,7 @@ type settings struct {
 	memo        *route.Memo     // what raw URIs parsed to under these settings
 	cors        *admission.CORS // nil: no CORS headers
 	purgeToken  *[32]byte       // digest of admin.purge_token; nil: purge is off
+	cdn         *reply.CDN      // behind a CDN: tags and lifetimes (cdn.tag_header); nil: none
 }
 
 // Proxy serves the six routes. Create it with New.
@@ -195,6 +196,7 @@ func newSettings(cfg config.Config, m *metrics.Metrics) (*settings, error) {
 	for i := range route.Table {
 		s.ttl[i] = route.TTLs(&route.Table[i], cfg.Cache.TTL)
 	}
+	s.cdn = reply.NewCDN(cfg.CDN, s.chains)
 	var err error
 	if s.purgeToken, err = purgeTokenOf(cfg.Admin); err != nil {
 		return nil, err

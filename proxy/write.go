@@ -45,7 +45,7 @@ const streamMin = 64 << 10
 // copies them into its own reused header storage.
 func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *cache.Entry, now time.Time, st reply.Status) {
 	h := &ctx.Response.Header
-	b := reply.CacheHeaders(h, q.scratch[:0], e, now.UnixNano(), st)
+	b := reply.CacheHeaders(h, q.scratch[:0], e, now.UnixNano(), st, s.cdn)
 
 	// Each representation has its own strong validator (RFC 9110 section
 	// 8.8.3): the gzip body's is the identity body's with "-gz".

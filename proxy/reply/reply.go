@@ -9,12 +9,15 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"explorer-edge/cache"
+	"explorer-edge/config"
 	"explorer-edge/proxy/envelope"
+	"explorer-edge/proxy/purge"
 )
 
 var (
@@ -25,6 +28,7 @@ var (
 	valXGzip        = []byte("x-gzip")
 	semicolon       = []byte(";")
 	ccPublic        = []byte("public, max-age=")
+	ccMaxAge        = []byte("max-age=")
 	ccSWR           = []byte(", stale-while-revalidate=")
 	ccSIE           = []byte(", stale-if-error=")
 	ccImmutable     = []byte(", immutable")
@@ -61,9 +65,52 @@ func StaleError(err error) Status {
 	return Status{"explorer-edge; hit", true, detail}
 }
 
+// CDN is how answers are written behind a CDN (cdn.*, docs/cdn.md); nil:
+// no CDN, answers as the edge writes them for everyone.
+type CDN struct {
+	// Tags names the tags header and how tags are written.
+	Tags purge.Naming
+	// Control are the headers that carry the CDN's lifetime
+	// (CDN-Cache-Control, RFC 9213, and the CDN's own:
+	// Cloudflare-CDN-Cache-Control beside Cache-Tag, Surrogate-Control
+	// beside Surrogate-Key).
+	Control [][]byte
+	// BrowserTTL bounds the browsers' max-age past the answer's Age, in
+	// seconds; 0: none.
+	BrowserTTL int64
+}
+
+var (
+	hdrCDNCacheControl   = []byte("Cdn-Cache-Control") // as fasthttp writes names (SetCanonical)
+	hdrCloudflareControl = []byte("Cloudflare-Cdn-Cache-Control")
+	hdrSurrogateControl  = []byte("Surrogate-Control")
+)
+
+// NewCDN is the CDN of the configuration's cdn section; nil when its
+// tag_header is empty.
+func NewCDN(c config.CDN, chains []string) *CDN {
+	if c.TagHeader == "" {
+		return nil
+	}
+	d := &CDN{Tags: purge.Naming{Header: fasthttp.AppendNormalizedHeaderKey(nil, c.TagHeader), Sep: config.CDNTagSeparator(c.TagHeader),
+		Prefix: c.TagPrefix, Chains: chains}, Control: [][]byte{hdrCDNCacheControl},
+		BrowserTTL: int64(c.BrowserTTL / time.Second)}
+	switch strings.ToLower(c.TagHeader) {
+	case "cache-tag":
+		d.Control = append(d.Control, hdrCloudflareControl)
+	case "surrogate-key":
+		d.Control = append(d.Control, hdrSurrogateControl)
+	}
+	if c.Provider == "cloudflare" && len(d.Control) == 1 {
+		d.Control = append(d.Control, hdrCloudflareControl)
+	}
+	return d
+}
+
 // CacheHeaders sets Cache-Status, Cache-Control and Age of e at ns, built
-// in b, which it returns for reuse.
-func CacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64, st Status) []byte {
+// in b, which it returns for reuse. Behind a CDN (cdn not nil) it also
+// sets the tags and the CDN's lifetime.
+func CacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64, st Status, cdn *CDN) []byte {
 	b = append(b, st.Text...)
 	if st.HasTTL {
 		b = append(b, "; ttl="...)
@@ -78,8 +125,44 @@ func CacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64
 	// RFC 9111: max-age is the freshness lifetime and Age the time since
 	// the upstream answered, so a shared cache keeps the answer fresh for
 	// max-age - Age more; the stale windows go as RFC 5861 directives.
-	b = append(b[:0], ccPublic...)
-	b = strconv.AppendInt(b, e.Lifetime(), 10)
+	age := e.Age(ns)
+	if cdn != nil {
+		// The CDN is given the whole lifetime (RFC 9213): a purge
+		// reaches it. A browser cannot be purged: it keeps the answer
+		// at most BrowserTTL past what the edge sent.
+		b = appendLifetime(append(b[:0], ccMaxAge...), e, e.Lifetime())
+		for _, name := range cdn.Control {
+			h.SetCanonical(name, b)
+		}
+		tags := e.CDNTags(&cdn.Tags)
+		if tags == nil { // the entry's first answer under this naming
+			tags = cdn.Tags.AppendEntryTags(nil, e)
+			e.SetCDNTags(&cdn.Tags, tags)
+		}
+		h.SetCanonical(cdn.Tags.Header, tags)
+	}
+	life := e.Lifetime()
+	if cdn != nil && cdn.BrowserTTL > 0 {
+		life = min(life, age+cdn.BrowserTTL)
+	}
+	b = appendLifetime(append(b[:0], ccPublic...), e, life)
+	// Settled chain data never changes: a browser need not revalidate it
+	// while it is fresh, not even on reload (RFC 8246). Behind a CDN it
+	// may: a purge that reached the CDN reaches a browser at its next
+	// reload.
+	if e.Class == cache.Final && e.Status == 0 && cdn == nil {
+		b = append(b, ccImmutable...)
+	}
+	h.SetCanonical(hdrCacheControl, b)
+
+	b = strconv.AppendInt(b[:0], age, 10)
+	h.SetCanonical(hdrAge, b)
+	return b
+}
+
+// appendLifetime appends max-age's value life and e's stale windows.
+func appendLifetime(b []byte, e *cache.Entry, life int64) []byte {
+	b = strconv.AppendInt(b, life, 10)
 	if e.StaleWhileRevalidate >= int64(time.Second) {
 		b = append(b, ccSWR...)
 		b = strconv.AppendInt(b, e.StaleWhileRevalidate/int64(time.Second), 10)
@@ -88,15 +171,6 @@ func CacheHeaders(h *fasthttp.ResponseHeader, b []byte, e *cache.Entry, ns int64
 		b = append(b, ccSIE...)
 		b = strconv.AppendInt(b, e.StaleIfError/int64(time.Second), 10)
 	}
-	// Settled chain data never changes: a browser need not revalidate it
-	// while it is fresh, not even on reload (RFC 8246).
-	if e.Class == cache.Final && e.Status == 0 {
-		b = append(b, ccImmutable...)
-	}
-	h.SetCanonical(hdrCacheControl, b)
-
-	b = strconv.AppendInt(b[:0], e.Age(ns), 10)
-	h.SetCanonical(hdrAge, b)
 	return b
 }
 
