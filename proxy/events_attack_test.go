@@ -237,3 +237,49 @@ func TestEventsURLTooLong(t *testing.T) {
 	r := h.get("/edge/v1/events?chains=CHAINX&pad=" + strings.Repeat("x", 7<<10))
 	testkit.CheckEnvelope(t, "a 7 KB URI", r.status, r.body, 414, "50036", "")
 }
+
+// TestEventsVariantsOfVerifiedClients: in auth.mode signed a variant's
+// clients are the verified ones, whatever addresses they come from: one
+// client asking from three addresses chooses nothing; three clients make
+// the variant, refreshed with each head.
+func TestEventsVariantsOfVerifiedClients(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) {
+		c.Auth.Mode = "signed"
+		for _, n := range names {
+			c.Auth.Clients = append(c.Auth.Clients, config.Client{Name: n, APIKey: "key-" + n, SecretKey: "secret-" + n, Passphrase: "pass-" + n})
+		}
+	})
+	variant := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
+	ask := func(client string, from int) {
+		t.Helper()
+		hdr := append(signedAs("key-"+client, "secret-"+client, "pass-"+client, variant), "X-Forwarded-For", "10.0.0."+strconv.Itoa(from))
+		if r := h.get(variant, hdr...); r.status != 200 {
+			t.Fatalf("client %s: %d %s", client, r.status, r.body)
+		}
+	}
+	s := openStream(t, h.addr, "/edge/v1/events?chains=CHAINX")
+	last, _ := s.nextHead(t, 0)
+	blocks := func(n int) (variants int) {
+		t.Helper()
+		_, v0 := headCalls(h)
+		for range n {
+			h.clock.Advance(time.Second)
+			last, _ = s.nextHead(t, last.Height)
+		}
+		_, v := headCalls(h)
+		return v - v0
+	}
+	for from := 1; from <= 3; from++ {
+		ask("a", from)
+	}
+	if v := blocks(3); v != 0 {
+		t.Fatalf("one verified client from three addresses: %d calls of the variant over 3 heads, want none", v)
+	}
+	ask("b", 4)
+	ask("c", 5)
+	blocks(1) // the head that saw the third client
+	if v := blocks(3); v != 3 {
+		t.Fatalf("three verified clients: %d calls of the variant over 3 heads, want 3", v)
+	}
+}
