@@ -260,3 +260,26 @@ func TestDiskFileUnopenable(t *testing.T) {
 		t.Fatalf("the directory is not marked for an empty start: %v %v", fi, err)
 	}
 }
+
+// TestDiskFinalizedHeightSurvivesRestart: the finalized height of each
+// chain is kept in the disk tier, so a restarted node classes settled
+// answers as final before its first block list: a transaction list below
+// it, asked first after the restart, is stored as final (a day's TTL),
+// where it was volatile until a block list came.
+func TestDiskFinalizedHeightSurvivesRestart(t *testing.T) {
+	h := newHarness(t, withDisk(t.TempDir()))
+	h.get(headList)
+	final := h.p.truth.Final("CHAINX")
+	if final <= 0 {
+		t.Fatal("no finalized height after a block list")
+	}
+	h.node.Disk().Flush()
+	h = h.restart()
+	if got := h.p.truth.Final("CHAINX"); got != final {
+		t.Fatalf("finalized height after the restart: %d, want %d", got, final)
+	}
+	target := finalTargets(h, 1)[0]
+	if r := h.get(target); r.status != 200 || !strings.Contains(r.header["Cache-Status"], "ttl=86") {
+		t.Fatalf("%s asked first after the restart: %q, want it stored as final", target, r.header["Cache-Status"])
+	}
+}

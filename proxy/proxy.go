@@ -154,6 +154,16 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.tiers.shared = o.Tier
 	}
 	p.truth = truth.New(s.chains)
+	if o.Disk != nil {
+		// This node's finalized heights, kept by the disk tier across a
+		// restart (docs/disk.md): settled answers are classed final
+		// before the first block list shows a done block, and every
+		// commit keeps them as they rise.
+		for chain, h := range o.Disk.Finals() {
+			p.truth.Restore(chain, h)
+		}
+		o.Disk.Track(s.chains, p.truth.Final)
+	}
 	p.metrics.HeadAges(s.chains, func(chain string) (float64, bool) {
 		h, _, asked := p.truth.Head(chain)
 		if h == 0 {
