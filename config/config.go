@@ -36,6 +36,18 @@ type Config struct {
 	Tracing         Tracing       `koanf:"tracing"`
 	Stream          Stream        `koanf:"stream"`
 	CDN             CDN           `koanf:"cdn"` // behind a CDN: tags, lifetimes, purges (config/cdn.go, docs/cdn.md)
+
+	// ChainFinalityDepth is, per chain (a name of chains, any case), how
+	// many blocks below the newest block the upstream showed a block is
+	// taken as final when the chain's blocks carry no state (the vendor's
+	// v6 block-list page: state empty where it does not apply). Without
+	// it such a chain has nothing final: its finalized height never
+	// rises, every answer is cached as head and the disk tier stays
+	// empty. Blocks that carry a state (pending, done) are believed
+	// instead. Keep it at least the deepest reorganization the chain
+	// has: a deeper one is logged at error, as one that replaced a done
+	// block (docs/design.md, "Chain truth").
+	ChainFinalityDepth map[string]int64 `koanf:"chain_finality_depth"`
 }
 
 // Stream is the stream of chain events on the public port,
@@ -208,6 +220,21 @@ const APIPath = "/api/v5"
 // MaxPositionListLimit bounds upstream.position_list_max_limit: a page of
 // holders beyond it would be no page (the reachable window is 10000).
 const MaxPositionListLimit = 1000
+
+// MaxFinalityDepth bounds chain_finality_depth: the reachable window of
+// the newest 10000 blocks, below which nothing is asked.
+const MaxFinalityDepth = 10000
+
+// FinalityDepth is chain_finality_depth of chain (matched
+// case-insensitively), 0 when none is set.
+func (c *Config) FinalityDepth(chain string) int64 {
+	for k, d := range c.ChainFinalityDepth {
+		if strings.EqualFold(k, chain) {
+			return d
+		}
+	}
+	return 0
+}
 
 // MaxAccounts bounds upstream.accounts: each is a metric label.
 const MaxAccounts = 15

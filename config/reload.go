@@ -165,6 +165,9 @@ var reloadRules = map[string]bool{
 	"cdn.timeout":        false,
 	"cdn.lease":          false,
 	"cdn.head_span":      false,
+
+	// Read by chain truth from the next block list on.
+	"chain_finality_depth": true,
 }
 
 // ReloadRules is every key with what a reload does with it: true applied,

@@ -122,6 +122,14 @@ func (c *Config) checkChains(v *validator) {
 			v.bad("chains: empty chain name")
 		}
 	}
+	for k, d := range c.ChainFinalityDepth {
+		if !slices.ContainsFunc(c.Chains, func(ch string) bool { return strings.EqualFold(strings.TrimSpace(ch), k) }) {
+			v.bad("chain_finality_depth: %q is not a chain of chains (%s)", k, strings.Join(c.Chains, ", "))
+		}
+		if d < 1 || d > MaxFinalityDepth {
+			v.bad("chain_finality_depth.%s: must be 1 to %d blocks, got %d", k, MaxFinalityDepth, d)
+		}
+	}
 }
 
 // checkUpstreamAccount checks the upstream block's own account, "default":

@@ -141,6 +141,7 @@ type Metrics struct {
 	upstreamVec     *prometheus.CounterVec
 	upstreamDurVec  *prometheus.HistogramVec
 	finalHeight     *prometheus.GaugeVec // children made on a chain's first height: none says 0
+	finalSource     *prometheus.GaugeVec // {chain,source}: 1 for where the finalized height comes from
 	chains          map[string]bool      // the configured chains
 	rejections      [numRejects]prometheus.Counter
 	codeIndex       map[string]int
@@ -234,6 +235,7 @@ func New(routes, chains []string, cs CacheStats) *Metrics {
 	m.registerUpstream()
 	m.registerCache(cs)
 	m.registerChains(chains)
+	m.registerFinalSource(chains)
 	m.registerConfig()
 	m.registerListeners()
 	m.registerLogAndPanics()
@@ -563,6 +565,39 @@ func (m *Metrics) Upstream(route int, outcome Outcome, seconds float64) {
 		o.Observe(seconds)
 	} else {
 		m.upstreamDurVec.WithLabelValues(m.routeNames[route]).Observe(seconds)
+	}
+}
+
+// FinalSources are the values of chain_final_height_source's source
+// label (proxy/truth: Source): unknown before a chain's first block list;
+// state, blocks marked done; depth, blocks without a state, the head less
+// chain_finality_depth; none, blocks without a state and no depth
+// configured, so nothing is final.
+var FinalSources = []string{"unknown", "state", "depth", "none"}
+
+// registerFinalSource registers chain_final_height_source, every chain at
+// unknown until its first block list.
+func (m *Metrics) registerFinalSource(chains []string) {
+	m.finalSource = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "chain_final_height_source",
+		Help: "Where each chain's finalized height comes from: 1 for the source in force (state: blocks marked done; depth: its blocks carry no state, the head less chain_finality_depth; none: no state and no depth configured, nothing is final; unknown: no block list yet), 0 for the others."}, []string{"chain", "source"})
+	m.Registry.MustRegister(m.finalSource)
+	for _, c := range chains {
+		m.FinalSource(c, "unknown")
+	}
+}
+
+// FinalSource sets where the finalized height of a configured chain comes
+// from (one of FinalSources).
+func (m *Metrics) FinalSource(chain, source string) {
+	if m.finalSource == nil || !m.chains[chain] {
+		return
+	}
+	for _, s := range FinalSources {
+		v := 0.0
+		if s == source {
+			v = 1
+		}
+		m.finalSource.WithLabelValues(chain, s).Set(v)
 	}
 }
 

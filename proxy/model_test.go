@@ -45,7 +45,10 @@ import (
 //
 // and at the end the upstream calls are within rate x time + burst. The
 // seed is printed; MODEL_SEED replays it, MODEL_STEPS lengthens the run
-// (make soak runs 600 steps).
+// (make soak runs 600 steps). It runs under each of explorer-sim's
+// profiles in modelProfiles (MODEL_PROFILE runs one): the readings of
+// block-list height and of block state change how the edge finds forks
+// and finality (docs/explorer-readings.md).
 func TestChainModel(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("MODEL_SEED"); s != "" {
@@ -55,13 +58,32 @@ func TestChainModel(t *testing.T) {
 	if s := os.Getenv("MODEL_STEPS"); s != "" {
 		steps, _ = strconv.Atoi(s)
 	}
-	t.Logf("seed %d (MODEL_SEED=%d to replay), %d steps", seed, seed, steps)
-	m := newModel(t, seed)
-	m.run(steps)
-	if m.violations > 0 {
-		t.Fatalf("%d violations with seed %d: replay with MODEL_SEED=%d", m.violations, seed, seed)
+	for _, prof := range modelProfiles {
+		if only := os.Getenv("MODEL_PROFILE"); only != "" && only != prof.name {
+			continue
+		}
+		t.Run(prof.name, func(t *testing.T) {
+			t.Logf("seed %d (MODEL_SEED=%d to replay), %d steps, profile %s", seed, seed, steps, prof.name)
+			m := newModel(t, seed, prof)
+			m.run(steps)
+			if m.violations > 0 {
+				t.Fatalf("%d violations with seed %d: replay with MODEL_SEED=%d MODEL_PROFILE=%s", m.violations, seed, seed, prof.name)
+			}
+		})
 	}
 }
+
+// modelProfile is an explorer-sim profile the model runs under, and the
+// chain_finality_depth it needs (its blocks carry no state).
+type modelProfile struct {
+	name  string
+	depth int64
+}
+
+// modelProfiles: the sim's old readings (height-down, blocks pending or
+// done), the vendor's (height-at), and every other reading together, with
+// blocks that carry no state and finality by depth.
+var modelProfiles = []modelProfile{{"today", 0}, {"vendor", 0}, {"every", 12}}
 
 // oracleMark marks the oracle's own requests to explorer-sim: they are
 // not the edge's calls.
@@ -98,7 +120,7 @@ type chainModel struct {
 	h0         int64
 }
 
-func newModel(t *testing.T, seed uint64) *chainModel {
+func newModel(t *testing.T, seed uint64, prof modelProfile) *chainModel {
 	m := &chainModel{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), oracle: map[string]map[int64][]byte{},
 		rate: 40, burst: 20}
 	m.rdb = startRedis(t)
@@ -106,7 +128,10 @@ func newModel(t *testing.T, seed uint64) *chainModel {
 	t.Cleanup(func() { m.tp.Shutdown(context.Background()) })
 	var base *harness
 	mirror := m.startMirror(func() *harness { return base })
-	h := newUpstream(t, m.counting, withPurgeToken, func(c *config.Config, _ *sim.Config) {
+	h := newUpstream(t, m.counting, withPurgeToken, simProfile(prof.name), func(c *config.Config, _ *sim.Config) {
+		if prof.depth > 0 {
+			c.ChainFinalityDepth = map[string]int64{"CHAINX": prof.depth}
+		}
 		c.Shared.RedisAddr = m.rdb.addr
 		c.Shared.Timeout = time.Second
 		c.Upstream.Rate, c.Upstream.Burst = m.rate, m.burst
@@ -136,7 +161,9 @@ func (m *chainModel) counting(next http.Handler) http.Handler {
 
 // startMirror is the second account: the same chain, but its newest page
 // is the page of 20 blocks before the head, and it answers 500 while
-// mirrorFail holds.
+// mirrorFail holds. Its lag is made of height=, which means the blocks
+// down from it under height-down only: under height-at (the block at it)
+// it is current.
 func (m *chainModel) startMirror(base func() *harness) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,7 +177,7 @@ func (m *chainModel) startMirror(base func() *harness) string {
 		}
 		h := base()
 		target := r.URL.RequestURI()
-		if r.URL.Path == "/api/v5/chainx/block/block-list" && r.URL.Query().Get("height") == "" {
+		if r.URL.Path == "/api/v5/chainx/block/block-list" && r.URL.Query().Get("height") == "" && !h.sim.Profile().HeightAt {
 			target += "&height=" + strconv.FormatInt(h.sim.Head(strings.ToUpper(r.URL.Query().Get("chainShortName")))-20, 10)
 		}
 		req, _ := http.NewRequest("GET", target, nil)

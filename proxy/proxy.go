@@ -172,6 +172,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return p.clock().Sub(time.Unix(0, asked)).Seconds(), true
 	})
 	p.settings.Store(s)
+	p.finalityDepths(s)
 	p.ops.accessSample.Store(logsample.Threshold(cfg.Log.AccessSample))
 	p.ops.top.Init(cfg.Admin.TopSample)
 	p.configApplied(&cfg, true)
@@ -239,6 +240,7 @@ func (p *Proxy) Reload(cfg config.Config) error {
 	p.up.Reconfigure(cfg.Upstream)
 	p.work.batch.window.Store(int64(cfg.Cache.BatchWindow))
 	p.settings.Store(s)
+	p.finalityDepths(s)
 	p.ops.accessSample.Store(logsample.Threshold(cfg.Log.AccessSample))
 	p.ops.top.SetEvery(cfg.Admin.TopSample)
 	p.configApplied(&cfg, false)
@@ -281,6 +283,9 @@ func (p *Proxy) Ready() (bool, string) {
 	}
 	if off := p.tiers.diskOff; off != "" {
 		return true, "ok; disk tier off, serving without it: " + off
+	}
+	if fin := p.finalityDetail(); fin != "" {
+		return true, "ok; " + fin
 	}
 	return true, "ok"
 }

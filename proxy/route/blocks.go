@@ -8,8 +8,9 @@ import (
 )
 
 // Blocks reads the blocks an answer of route r shows: every row of a
-// block list; the block of a transaction list (its rows' blockHash). nil
-// for other routes.
+// block list (a row without a state, or an empty one, is Stateless); the
+// block of a transaction list (its rows' blockHash). nil for other
+// routes.
 func Blocks(r ID, height int64, body []byte) []truth.Block {
 	var out []truth.Block
 	switch r {
@@ -22,7 +23,7 @@ func Blocks(r ID, height int64, body []byte) []truth.Block {
 			}
 			hash, _ := jsonparser.GetString(row, "hash")
 			state, _ := jsonparser.GetString(row, "state")
-			out = append(out, truth.Block{Height: h, Hash: hash, Done: state == "done"})
+			out = append(out, truth.Block{Height: h, Hash: hash, Done: state == "done", Stateless: state == ""})
 		}, "data", "[0]", "blockList")
 	case TransactionList:
 		if height < 0 {

@@ -30,12 +30,37 @@ type Question struct {
 
 func classifyVolatile(Question, []byte) cache.Class { return cache.Volatile }
 
-// classifyBlockList: every block list is head. Its blocks, once done, never
-// change, but its totalPage and the reachable window (the newest 10000
-// blocks) move with every block, also for a page asked at a height, so no
-// block-list answer is final. (Its blocks feed chain truth before it is
-// classified: reorg.go.)
-func classifyBlockList(Question, []byte) cache.Class { return cache.Head }
+// classifyBlockList: a block list is head, but for the block at a height
+// alone. A page's totalPage and the reachable window (the newest 10000
+// blocks) move with every block, also for a page asked at a height under
+// the reading that answers the blocks down from it. An answer to height=X
+// that is one block, X, on its only page (totalPage 1), done (or, on a
+// chain whose blocks carry no state, at or below the finalized height:
+// chain_finality_depth) is final: under the vendor's reading (the block at
+// that height, docs/explorer-readings.md) that answer never changes. Under
+// the other reading only the window's lowest block answers so, and it
+// stays the same block. (Its blocks feed chain truth before it is
+// classified, and a reorganization purges it by its height: reorg.go.)
+func classifyBlockList(q Question, body []byte) cache.Class {
+	if q.Height < 0 {
+		return cache.Head
+	}
+	if tp, _ := jsonparser.GetString(body, "data", "[0]", "totalPage"); tp != "1" {
+		return cache.Head
+	}
+	n, final := 0, false
+	jsonparser.ArrayEach(body, func(b []byte, _ jsonparser.ValueType, _ int, _ error) {
+		n++
+		h, _ := jsonparser.GetString(b, "height")
+		state, _ := jsonparser.GetString(b, "state")
+		v, err := strconv.ParseInt(h, 10, 64)
+		final = err == nil && v == q.Height && (state == "done" || state == "" && v <= q.Final)
+	}, "data", "[0]", "blockList")
+	if n == 1 && final {
+		return cache.Final
+	}
+	return cache.Head
+}
 
 // classifyTransactionList: a block at or below the finalized height whose
 // transactions are none pending is final; anything newer is head.

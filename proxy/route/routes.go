@@ -129,7 +129,8 @@ var Table = [Count]Route{
 		},
 		Window:   10000,
 		Classify: classifyBlockList,
-		ttl:      cache.TTLs{Head: time.Second},
+		// Final: the block at a height alone, done (classifyBlockList).
+		ttl: cache.TTLs{Head: time.Second, Final: 24 * time.Hour},
 	},
 	{
 		ID: TransactionList, Name: "transaction-list", Path: "/api/v5/chainx/block/transaction-list",

@@ -58,6 +58,11 @@ type Block struct {
 	Height int64
 	Hash   string
 	Done   bool // the upstream says it is final
+	// Stateless: the block carries no state at all (the vendor's v6
+	// page: empty where it does not apply), so it cannot say it is
+	// final: the chain's finality follows its configured depth
+	// (SetDepth).
+	Stateless bool
 }
 
 // Reorg is one reorganization.
@@ -118,6 +123,10 @@ type chainState struct {
 	read      seen // the newest head read from a tier and taken (Read)
 	open      *pending
 	final     atomic.Int64
+	// depth is the configured finality depth (SetDepth; 0: none), source
+	// where the finalized height comes from (Source).
+	depth     atomic.Int64
+	source    atomic.Int32
 	confirmAt atomic.Int64 // unix ns of the last confirming call (TryConfirm)
 }
 
@@ -239,9 +248,9 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 	if s == nil || len(blocks) == 0 {
 		return Verdict{}
 	}
-	top, bottom := blocks[0].Height, blocks[0].Height
+	top := blocks[0].Height
 	for _, b := range blocks[1:] {
-		top, bottom = max(top, b.Height), min(bottom, b.Height)
+		top = max(top, b.Height)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -252,7 +261,9 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 	oldHead := s.head.height
 	// Compare, then remember.
 	low, lowHash, deep := int64(-1), "", false
+	done, stateless := false, false
 	for _, b := range blocks {
+		done, stateless = done || b.Done, stateless || b.Stateless
 		if b.Height < 0 || b.Hash == "" {
 			continue
 		}
@@ -267,7 +278,9 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 			if low < 0 || b.Height < low {
 				low, lowHash = b.Height, b.Hash
 			}
-			deep = deep || r.done
+			// Deep: it had been called done, or lay at or below the
+			// finalized height (by depth, blocks say nothing).
+			deep = deep || r.done || b.Height <= s.final.Load()
 			*r = seen{b.Height, b.Hash, asked, b.Done}
 		default:
 			r.asked, r.done = max(r.asked, asked), r.done || b.Done
@@ -276,6 +289,7 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 			s.raiseFinal(b.Height)
 		}
 	}
+	s.finalByDepth(top, done, stateless)
 	if head && top >= s.head.height {
 		for _, b := range blocks {
 			if b.Height == top {
@@ -286,25 +300,32 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 	if low < 0 && s.open == nil {
 		return Verdict{}
 	}
-	p := &pending{low: low, newHash: lowHash, oldHead: oldHead, deep: deep, at: asked}
+	p, lower := &pending{low: low, newHash: lowHash, oldHead: oldHead, deep: deep, at: asked}, true
 	if s.open != nil {
 		// A reorganization whose fork is still to be found: this answer
 		// (a probe, or any list reaching that low) continues the search.
-		p = s.open
-		if low < 0 && bottom >= p.low {
-			return Verdict{} // nothing new
-		}
-		if low >= 0 && low < p.low {
+		p, lower = s.open, low >= 0 && low < s.open.low
+		if lower {
 			p.low, p.newHash = low, lowHash
 		}
 		p.deep = p.deep || deep
 	}
-	// The fork is at p.low when the height below it is in this answer (it
-	// agreed, or was not known: had it changed, p.low would be lower), or
-	// was never seen. Else it may be lower still: ask below.
+	// The fork is at p.low once the height below it is known to agree:
+	// this answer, asked since the reorganization showed, has that very
+	// height (had it changed, p.low would be lower), or it was never seen.
+	// An answer that merely reaches lower (one block at a height, a short
+	// page) has not looked there. Else the fork may be lower still: ask
+	// below.
+	looked := false
+	for _, b := range blocks {
+		looked = looked || (asked >= p.at && b.Height == p.low-1 && b.Hash != "")
+	}
 	below := s.ring[(p.low-1+Recent)%Recent]
-	if bottom >= p.low && p.low > 0 && below.height == p.low-1 && below.hash != "" {
+	if !looked && p.low > 0 && below.height == p.low-1 && below.hash != "" {
 		s.open = p
+		if !lower {
+			return Verdict{} // nothing new
+		}
 		return Verdict{Partial: s.reorg(p), ProbeBelow: p.low - 1}
 	}
 	s.open = nil
@@ -417,6 +438,73 @@ func (c *Chains) GiveUp(chain string) *Reorg {
 	r := s.reorg(s.open)
 	s.open = nil
 	return r
+}
+
+// Open reports whether a reorganization's fork is still to be found on
+// chain, and the lowest height found replaced so far: the search asks
+// the upstream below it (proxy/reorg.go) until Observe finds the fork or
+// GiveUp ends it.
+func (c *Chains) Open(chain string) (low int64, open bool) {
+	s := c.by[chain]
+	if s == nil {
+		return 0, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		return 0, false
+	}
+	return s.open.low, true
+}
+
+// Where a chain's finalized height comes from (Source).
+const (
+	SourceUnknown = "unknown" // no block list seen yet
+	SourceState   = "state"   // blocks marked done
+	SourceDepth   = "depth"   // blocks carry no state: the head less the configured depth
+	SourceNone    = "none"    // blocks carry no state and no depth is configured: nothing is final
+)
+
+// Sources lists every Source value.
+var Sources = []string{SourceUnknown, SourceState, SourceDepth, SourceNone}
+
+// SetDepth sets chain's finality depth (0: none): where its blocks carry
+// no state, a block depth below the newest block the upstream showed is
+// taken as final. Applied from the next upstream answer; a finalized
+// height already reached is kept (it never goes back).
+func (c *Chains) SetDepth(chain string, depth int64) {
+	if s := c.by[chain]; s != nil {
+		s.depth.Store(max(depth, 0))
+	}
+}
+
+// Source says where chain's finalized height comes from: SourceState,
+// SourceDepth, SourceNone, or SourceUnknown before its first block list.
+func (c *Chains) Source(chain string) string {
+	s := c.by[chain]
+	if s == nil {
+		return SourceUnknown
+	}
+	return Sources[s.source.Load()]
+}
+
+// finalByDepth notes where the finalized height comes from, seeing an
+// upstream answer whose newest block is top: from the blocks' state when
+// one is done; from the depth when they carry none (the head less the
+// depth, raised here), or nowhere without a depth. An answer with neither
+// (pending blocks only, a transaction list) changes nothing.
+func (s *chainState) finalByDepth(top int64, done, stateless bool) {
+	switch d := s.depth.Load(); {
+	case done:
+		s.source.Store(1)
+	case stateless && d > 0:
+		s.source.Store(2)
+		if top-d > 0 {
+			s.raiseFinal(top - d)
+		}
+	case stateless:
+		s.source.Store(3)
+	}
 }
 
 func (s *chainState) reorg(p *pending) *Reorg {

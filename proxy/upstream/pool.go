@@ -43,6 +43,10 @@ type Pool struct {
 	turn      atomic.Uint32    // rotates the order of accounts alike
 	tr        *tracing.Tracing // nil: off
 	bytes     *ByteGate        // room for the answers being fetched (bytegate.go)
+
+	// height is the upstream's reading of block-list height, learned at
+	// the self-check (selfcheck.go: HeightReading).
+	height atomic.Pointer[string]
 }
 
 // Options are a Pool's collaborators beside its configuration.

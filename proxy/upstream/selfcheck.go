@@ -6,6 +6,7 @@ import (
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/route"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,13 @@ import (
 // self-check. A failed account is asked again every RetrySelfCheck
 // interval until it answers, and any answer it gives a client clears it
 // too: a failed self-check never keeps a healthy pod unready.
+//
+// The first account to answer is asked one question more, once: what the
+// upstream makes of block-list height (docs/explorer-readings.md), the
+// blocks down from it (explorer-sim's old reading, height-down) or the
+// block at it alone (the vendor's, height-at). It is logged, and
+// HeightReading says it; the edge's fork search walks pages that mean the
+// same under both (proxy/reorg.go), so nothing waits for it.
 
 // selfCheckState is an account's last self-check.
 type selfCheckState struct {
@@ -65,7 +73,7 @@ func (pl *Pool) selfCheck(ctx context.Context, chain string, failedOnly bool) er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = pl.checkAccount(ctx, u, r, target)
+			errs[i] = pl.checkAccount(ctx, u, r, target, chain)
 		}()
 	}
 	wg.Wait()
@@ -85,20 +93,23 @@ func (pl *Pool) selfCheck(ctx context.Context, chain string, failedOnly bool) er
 	return err
 }
 
-// checkAccount asks u target once and records the result on u.
-func (pl *Pool) checkAccount(ctx context.Context, u *account, r *route.Route, target string) error {
+// checkAccount asks u target once and records the result on u; the
+// first account to answer learns the height reading (learnHeight).
+func (pl *Pool) checkAccount(ctx context.Context, u *account, r *route.Route, target, chain string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if ok, _ := u.budget.Take(0, true); !ok {
 		return errSelfCheckDeferred
 	}
-	_, err := u.breaker.Execute(func() (struct{}, error) {
-		_, err := u.call(context.Background(), r, target, u.cfg.Load().Timeout)
+	var a Answer
+	_, err := u.breaker.Execute(func() (_ struct{}, err error) {
+		a, err = u.call(context.Background(), r, target, u.cfg.Load().Timeout)
 		return struct{}{}, err
 	})
 	if err == nil {
 		u.checked.Store(checkPassed)
+		pl.learnHeight(u, r, chain, a)
 		return nil
 	}
 	st := &selfCheckState{why: err.Error(), at: time.Now()}
@@ -180,4 +191,71 @@ func (pl *Pool) SelfCheckReason(empty bool) (notReady bool, why string) {
 		return false, ""
 	}
 	return misconfigured && !answers && empty, "upstream self-check failed: " + strings.Join(failed, "; ")
+}
+
+// The readings of block-list height HeightReading names.
+const (
+	HeightUnknown = "unknown"     // not learned (yet): no account answered, or no token was free
+	HeightDown    = "height-down" // the blocks from that height down, a page of them
+	HeightAt      = "height-at"   // the block at that height alone (the vendor's v6 page)
+	HeightOther   = "other"       // neither: see the log line
+)
+
+// HeightReading is the upstream's reading of block-list height, learned
+// at the self-check (HeightUnknown until then).
+func (pl *Pool) HeightReading() string {
+	if h := pl.height.Load(); h != nil {
+		return *h
+	}
+	return HeightUnknown
+}
+
+// learnHeight asks u, once per pool, block-list height=head-5&limit=2 of
+// chain (head: the newest block of the self-check's answer a) and logs
+// what it answers: two blocks, head-5 and head-6, is height-down; one,
+// head-5, is height-at. One call, within u's budget (none free: not
+// learned, and asked again at the next self-check).
+func (pl *Pool) learnHeight(u *account, r *route.Route, chain string, a Answer) {
+	if pl.height.Load() != nil || a.Code != "0" {
+		return
+	}
+	blocks := route.Blocks(route.BlockList, -1, a.Body)
+	if len(blocks) == 0 || blocks[0].Height < 10 {
+		return // an empty or young chain: nothing to tell the readings apart
+	}
+	if ok, _ := u.budget.Take(0, true); !ok {
+		return
+	}
+	at := blocks[0].Height - 5
+	target := r.Path + "?chainShortName=" + url.QueryEscape(chain) + "&height=" + strconv.FormatInt(at, 10) + "&limit=2"
+	var b Answer
+	_, err := u.breaker.Execute(func() (_ struct{}, err error) {
+		b, err = u.call(context.Background(), r, target, u.cfg.Load().Timeout)
+		return struct{}{}, err
+	})
+	if err != nil || b.Code != "0" {
+		pl.log.Warn("upstream block-list height reading not learned", "account", u.name, "question", target, "err", err, "code", b.Code)
+		return
+	}
+	got := route.Blocks(route.BlockList, at, b.Body)
+	reading := HeightOther
+	switch {
+	case len(got) == 2 && got[0].Height == at && got[1].Height == at-1:
+		reading = HeightDown
+	case len(got) == 1 && got[0].Height == at:
+		reading = HeightAt
+	}
+	if !pl.height.CompareAndSwap(nil, &reading) {
+		return
+	}
+	heights := make([]int64, len(got))
+	for i, g := range got {
+		heights[i] = g.Height
+	}
+	if reading == HeightOther {
+		pl.log.Warn("upstream block-list height reading is neither the blocks down from it nor the block at it", "account", u.name,
+			"question", target, "heights", heights)
+		return
+	}
+	pl.log.Info("upstream block-list height reading learned", "reading", reading, "account", u.name, "question", target, "heights", heights)
 }
