@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"explorer-edge/cache"
+	"explorer-edge/proxy/admin"
 )
 
 // Nothing read back from Redis or the disk is trusted more than the
@@ -259,4 +260,52 @@ func confirmHeads(t testing.TB, chain string, edges ...*fleetEdge) {
 // confirm what a tier held (calls of the default page beside the polls).
 func confirms(h *harness, chain string) float64 {
 	return testutil.ToFloat64(h.m.Confirms.WithLabelValues(chain))
+}
+
+// TestInspectCacheShowsTheTiers: GET /cache?url= tells what the disk tier
+// and Redis hold for the key beside memory, and whether a miss would take
+// it: a final list both tiers hold passes; a forged list of a block 60
+// above the head, planted in both, is refused as unconfirmed, and
+// inspecting it moves nothing. On 452477c the answer told memory only.
+func TestInspectCacheShowsTheTiers(t *testing.T) {
+	rdb := startRedis(t)
+	h, edges := newFleet(t, rdb, 1, withPurgeToken, withDisk(t.TempDir()))
+	a := edges[0]
+	b := &fleetEdge{harness: h.sibling()} // a disk of its own
+	b.cfg.Cache.DiskPath = t.TempDir()
+	b.shared = b.startNode(NodeOptions{}).Fleet()
+	a.get(newestPage)
+	b.get(newestPage)
+	head, final := h.sim.Head("CHAINX"), h.sim.FinalizedHeight("CHAINX")
+	good := txList(final - 1)
+	a.get(good)
+	a.node.Disk().Flush()
+	got := a.inspectURL(good)
+	if got.Disk == nil || !got.Disk.Passes || got.Disk.Entry == nil || got.Disk.Entry.Class != "final" {
+		t.Fatalf("a final list on disk: %+v", got.Disk)
+	}
+	if got.Shared == nil || !got.Shared.Passes || got.Shared.Entry == nil || got.Shared.Entry.ETag != got.Entry.ETag {
+		t.Fatalf("a final list in Redis: %+v (memory's ETag %s)", got.Shared, got.Entry.ETag)
+	}
+	if miss := b.inspectURL(good); miss.Entry != nil || miss.Disk == nil || miss.Disk.Entry != nil || miss.Shared == nil || !miss.Shared.Passes {
+		t.Fatalf("the other node: memory %+v, disk %+v, Redis %+v; want only Redis", miss.Entry, miss.Disk, miss.Shared)
+	}
+
+	future := txList(head + 60)
+	key := cacheKey(t, b.p, future)
+	now := h.clock.Now()
+	forged := cache.NewEntry(key, h.simGet(txList(final-1)), cache.Final, now, 24*time.Hour, 0, 0)
+	b.shared.Set(forged, now)
+	d := b.node.Disk()
+	d.Put(cache.NewEntry(key, h.simGet(txList(final-1)), cache.Final, now, 24*time.Hour, 0, 0))
+	d.Flush()
+	got = b.inspectURL(future)
+	for name, ts := range map[string]*admin.TierState{"disk": got.Disk, "shared": got.Shared} {
+		if ts == nil || ts.Entry == nil || ts.Passes || !strings.Contains(ts.Refused, "confirmed") {
+			t.Errorf("%s holding a forged list of block %d: %+v, want it refused as unconfirmed", name, head+60, ts)
+		}
+	}
+	if f := b.p.truth.Final("CHAINX"); f > final || refused(b.harness, "disk", "unconfirmed") != 0 {
+		t.Errorf("inspecting moved chain truth or counted a read: final %d, refused %v", f, refused(b.harness, "disk", "unconfirmed"))
+	}
 }

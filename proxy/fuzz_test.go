@@ -114,9 +114,17 @@ func FuzzUpstreamAnswer(f *testing.F) {
 				if a.entry.Class > cache.Negative {
 					t.Fatalf("class %v", a.entry.Class)
 				}
-			case a.entry != nil: // a refusal of the question, kept for the negative time
-				if !envelope.RefusedQuestion(status, code) || a.entry.Status != status || !bytes.Equal(a.entry.Body, body) {
-					t.Fatalf("kept status %d code %q as a refusal", status, code)
+			case a.entry != nil: // a refusal of the question or "no data", kept for the negative time
+				cl := envelope.ClassOf(status, code)
+				if (cl != envelope.ClassRefusal && cl != envelope.ClassNoData) || a.entry.Status != status || !bytes.Equal(a.entry.Body, body) {
+					t.Fatalf("kept status %d code %q (%v) as a refusal", status, code, cl)
+				}
+			case envelope.ClassOf(status, code) == envelope.ClassFailure:
+				// The upstream failing: the edge's own failure, never its
+				// envelope as an answer.
+				want := envelope.Failure(status, code)
+				if a.status != want.Status || a.code != want.Code || bytes.Equal(a.body, body) {
+					t.Fatalf("upstream failure status %d code %q answered %d %q, want the edge's %d %q", status, code, a.status, a.code, want.Status, want.Code)
 				}
 			default:
 				if (code == "0" && status == 200) || a.status != status || !bytes.Equal(a.body, body) {

@@ -418,6 +418,14 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 		cp.held = held && ok
 		if ok && !held {
 			e.m.Leader(cp.chain, false)
+			// Its staleness is the polling node's to tell (relayed); taking
+			// the lease later starts a fresh count. A stale event this node
+			// sent while it polled alone is ended here: the polling node
+			// has the page.
+			if cp.stale {
+				e.hub.Publish(stream.Event{Kind: stream.Stale, Chain: cp.chain, Stale: false, Height: cp.last.Height, Time: e.core.Now().UnixMilli()})
+			}
+			cp.okAt, cp.stale = time.Time{}, false
 			return stream.Event{}, false // another node polls: its heads come through relayed
 		}
 	}
