@@ -522,7 +522,7 @@ func (b *batcher) call(s *settings, g *batchGroup, ask []int) (map[string][]byte
 		if envelope.UpstreamFailing(up.Status, up.Code) { // 50013 "busy" with 200: a failure, never taken for an answer
 			err = envelope.Failure(up.Status, up.Code)
 		} else {
-			err = &envelope.Error{Status: up.Status, Code: up.Code, Msg: msg, Reason: envelope.ReasonEnvelope, Answered: true}
+			err = &envelope.Error{Status: up.Status, Code: up.Code, Msg: msg, Kind: envelope.KindEnvelope, Answered: true}
 		}
 	}
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // once per log.repeat_interval for the same place and value.
 
 // errPanic answers a request whose handling panicked.
-var errPanic = &envelope.Error{Status: 500, Code: "50026", Msg: "Internal error: the edge failed on this request (logged)", Reason: "internal"}
+var errPanic = &envelope.Error{Status: 500, Code: "50026", Msg: "Internal error: the edge failed on this request (logged)", Kind: envelope.KindInternal}
 
 // maxPanicKey bounds the part of a panic's value that keys its sampling.
 const maxPanicKey = 120

@@ -68,8 +68,8 @@ func TestVendorCodesClassed(t *testing.T) {
 	}{{200, "50013", 503, "50001"}, {200, "50026", 502, "50026"}, {200, "50001", 503, "50001"}, {400, "50004", 504, "50004"},
 		{410, "50005", 502, "50026"}, {429, "50036", 502, "50026"}} {
 		e := Failure(c.status, c.code)
-		if e.Status != c.wantStatus || e.Code != c.wantCode || e.Reason != ReasonEnvelope || !strings.Contains(e.Msg, "upstream answered "+c.code) {
-			t.Errorf("Failure(%d, %s) = %d %s %q (%s), want %d %s naming the upstream's code", c.status, c.code, e.Status, e.Code, e.Msg, e.Reason, c.wantStatus, c.wantCode)
+		if e.Status != c.wantStatus || e.Code != c.wantCode || e.Kind != KindEnvelope || !strings.Contains(e.Msg, "upstream answered "+c.code) {
+			t.Errorf("Failure(%d, %s) = %d %s %q (%s), want %d %s naming the upstream's code", c.status, c.code, e.Status, e.Code, e.Msg, e.Kind, c.wantStatus, c.wantCode)
 		}
 	}
 }

@@ -29,7 +29,10 @@ type Error struct {
 	Msg        string // says which parameter and why
 	RetryAfter int    // seconds for Retry-After; 0 = none
 	Err        error  // cause, if any; never shown to the client
-	Reason     string // upstream failures: why, for Cache-Status details
+	// Kind: what failed (KindNone: the client's own error, or an answer).
+	// The edge decides by it (another account, a retry, the breaker), and
+	// the metrics' outcome and Cache-Status's detail derive from it.
+	Kind Kind
 	// Answered: the upstream's own answer to the question (an envelope of
 	// the client's side, such as 50036), not a failure: no stale copy
 	// stands in for it.
@@ -65,30 +68,38 @@ var (
 	ErrURL      = &Error{Status: 414, Code: "50036", Msg: "Request URI too long"}
 )
 
-// Upstream failure kinds: the outcome label and the client's envelope.
+// Upstream failure kinds: the client's envelope of each.
 var (
-	ErrUnreachable = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream unreachable", Reason: "unreachable"}
-	ErrBreakerOpen = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream failing, circuit open", Reason: "breaker-open"}
-	ErrBudget      = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream quota spent", RetryAfter: 1, Reason: "quota"}
-	ErrThrottled   = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream rate limited", RetryAfter: 1, Reason: "quota"}
-	ErrBadGateway  = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Reason: "upstream-error"}
-	ErrMalformed   = &Error{Status: 502, Code: "50026", Msg: "Upstream error: malformed answer", Reason: "malformed"}
-	ErrTooLarge    = &Error{Status: 502, Code: "50026", Msg: "Upstream error: answer too large", Reason: "too-large"}
-	ErrTimeout     = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", Reason: "timeout"}
+	ErrUnreachable = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream unreachable", Kind: KindUnreachable}
+	ErrBreakerOpen = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream failing, circuit open", Kind: KindBreakerOpen}
+	// ErrBudget: the edge's own budget had no token within the wait.
+	ErrBudget = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream quota spent", RetryAfter: 1, Kind: KindBudget}
+	// ErrThrottled: the upstream answered 429 or 50011.
+	ErrThrottled = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream rate limited", RetryAfter: 1, Kind: KindThrottled}
+	// ErrLockedOut: no call is sent until the Retry-After of the
+	// upstream's last 429 has passed.
+	ErrLockedOut = &Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: upstream rate limited", RetryAfter: 1, Kind: KindLockedOut}
+	// ErrBadGateway: a connection broken mid-answer, or a transport
+	// failure of no other kind; Err5xx: the upstream answered 5xx.
+	ErrBadGateway = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Kind: KindConnection}
+	Err5xx        = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Kind: Kind5xx}
+	ErrMalformed  = &Error{Status: 502, Code: "50026", Msg: "Upstream error: malformed answer", Kind: KindMalformed}
+	ErrTooLarge   = &Error{Status: 502, Code: "50026", Msg: "Upstream error: answer too large", Kind: KindTooLarge}
+	ErrTimeout    = &Error{Status: 504, Code: "50004", Msg: "Upstream timeout", Kind: KindTimeout}
 	// ErrCredentials: the upstream refused the edge's own account (HTTP
 	// 401, or a code 50102-50113 about the signed headers). Never passed
 	// to a client as the upstream said it: the client's credentials are
 	// fine, the edge's are not.
-	ErrCredentials = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream refused the edge's own credentials", Reason: "credentials"}
+	ErrCredentials = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream refused the edge's own credentials", Kind: KindCredentials}
 	// ErrUpstreamNotFound: the upstream answered 404, no such path. The
 	// edge asks only the API's own routes, so upstream.base_url is wrong
 	// (a prefix too many, another service): the edge's failure, never
 	// passed on as the client's 404.
-	ErrUpstreamNotFound = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream has no such path (check upstream.base_url)", Reason: "not-found"}
+	ErrUpstreamNotFound = &Error{Status: 502, Code: "50026", Msg: "Upstream error: the upstream has no such path (check upstream.base_url)", Kind: KindNotFound}
 	// ErrFailingEnvelope: the upstream answered an envelope that says it is
 	// failing (UpstreamFailing). It is the account's failure; when no
 	// other account can be asked, the envelope is passed on as it came.
-	ErrFailingEnvelope = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Reason: ReasonEnvelope}
+	ErrFailingEnvelope = &Error{Status: 502, Code: "50026", Msg: "Upstream error", Kind: KindEnvelope}
 )
 
 // CredentialsRefused reports whether an upstream answer refuses the
@@ -100,7 +111,8 @@ func CredentialsRefused(status int, code string) bool {
 	return ClassOf(status, code) == ClassAccount
 }
 
-// ReasonEnvelope: the upstream answered an error envelope (a code other than "0").
+// ReasonEnvelope: the upstream answered an error envelope (a code other
+// than "0"); KindEnvelope's detail.
 const ReasonEnvelope = "upstream-envelope"
 
 // UpstreamFailing reports whether an upstream error envelope says the

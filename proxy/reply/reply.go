@@ -7,7 +7,6 @@ package reply
 
 import (
 	"bytes"
-	"errors"
 	"strconv"
 	"strings"
 	"time"
@@ -58,9 +57,8 @@ var (
 // StaleError names, in the detail, why a stale copy was served.
 func StaleError(err error) Status {
 	detail := "stale-if-error"
-	var e *envelope.Error
-	if errors.As(err, &e) && e.Reason != "" {
-		detail += "-" + e.Reason
+	if why := envelope.KindOf(err).Detail(); why != "" {
+		detail += "-" + why
 	}
 	return Status{"explorer-edge; hit", true, detail}
 }

@@ -115,8 +115,8 @@ func newAccount(name string, cfg config.Upstream, m *metrics.Metrics, log *slog.
 		// with an error envelope, or a call our budget held back, is not
 		// the upstream failing.
 		IsSuccessful: func(err error) bool {
-			var e *envelope.Error
-			return err == nil || (errors.As(err, &e) && e.Reason == "quota")
+			k := envelope.KindOf(err)
+			return err == nil || k == envelope.KindThrottled || k == envelope.KindLockedOut || k == envelope.KindBudget
 		},
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			up.breakerState.Store(int32(to))
@@ -148,15 +148,41 @@ func (u *account) breakerOpen() bool { return u.breaker.State() == gobreaker.Sta
 // or too large would come again the same, and a 429 or a spent budget is
 // not the upstream failing.
 func retryable(err error) bool {
-	var e *envelope.Error
-	if !errors.As(err, &e) {
-		return false
-	}
-	switch e.Reason {
-	case envelope.ErrTimeout.Reason, envelope.ErrUnreachable.Reason, envelope.ErrBadGateway.Reason, envelope.ErrFailingEnvelope.Reason:
+	switch envelope.KindOf(err) {
+	case envelope.KindTimeout, envelope.KindUnreachable, envelope.KindConnection, envelope.Kind5xx, envelope.KindEnvelope:
 		return true
 	}
 	return false
+}
+
+// outcomeOf is upstream_requests_total's outcome for a failure of kind k
+// (docs/operations.md): the label follows the kind, never its words.
+func outcomeOf(k envelope.Kind) metrics.Outcome {
+	switch k {
+	case envelope.KindNone:
+		return metrics.OutcomeOK
+	case envelope.KindEnvelope:
+		return metrics.OutcomeErrorEnvelope
+	case envelope.Kind5xx:
+		return metrics.Outcome5xx
+	case envelope.KindThrottled:
+		return metrics.Outcome429
+	case envelope.KindTimeout:
+		return metrics.OutcomeTimeout
+	case envelope.KindMalformed:
+		return metrics.OutcomeMalformed
+	case envelope.KindTooLarge:
+		return metrics.OutcomeTooLarge
+	case envelope.KindBreakerOpen:
+		return metrics.OutcomeBreakerOpen
+	case envelope.KindBudget, envelope.KindLockedOut:
+		return metrics.OutcomeBudgetExhausted
+	case envelope.KindCredentials:
+		return metrics.OutcomeCredentials
+	case envelope.KindNotFound:
+		return metrics.OutcomeNotFound
+	}
+	return metrics.OutcomeConnection // unreachable, a broken connection
 }
 
 var hdrKey, hdrSign, hdrPass, hdrTS = []byte(signer.HeaderKey), []byte(signer.HeaderSign), []byte(signer.HeaderPassphrase), []byte(signer.HeaderTimestamp)
@@ -178,13 +204,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 	took := time.Since(start)
 	if err != nil {
 		e := envelope.ClassifyTransport(err)
-		outcome := metrics.OutcomeConnection
-		switch e.Reason {
-		case "timeout":
-			outcome = metrics.OutcomeTimeout
-		case "too-large":
-			outcome = metrics.OutcomeTooLarge
-		}
+		outcome := outcomeOf(e.Kind)
 		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "outcome", outcome.String(), "ms", took.Milliseconds(), "err", err.Error())
 		return Answer{}, e
@@ -192,16 +212,21 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 	status := resp.StatusCode()
 	body, err := decodeBody(resp, u.hc.MaxResponseBodySize)
 	if err != nil {
-		outcome, e := metrics.OutcomeMalformed, envelope.ErrMalformed
+		e := envelope.ErrMalformed
 		if errors.Is(err, errDecodedTooLarge) {
-			outcome, e = metrics.OutcomeTooLarge, envelope.ErrTooLarge
+			e = envelope.ErrTooLarge
 		}
+		outcome := outcomeOf(e.Kind)
 		u.record(r, outcome, took, true)
 		u.log.Warn("upstream call", "account", u.name, "route", r.Name, "status", status, "outcome", outcome.String(), "ms", took.Milliseconds(), "err", err.Error())
 		return Answer{}, e.With(err, 0)
 	}
 	code, _ := envelope.Code(body)
-	outcome, result := u.judge(resp, path, status, code, start)
+	result := u.judge(resp, path, status, code, start)
+	outcome := outcomeOf(envelope.KindOf(result))
+	if result == nil && code != "0" {
+		outcome = metrics.OutcomeErrorEnvelope // the question's answer, passed to the request path
+	}
 	u.record(r, outcome, took, result != nil)
 	level := slog.LevelInfo
 	if result != nil {
@@ -209,7 +234,7 @@ func (u *account) call(tc context.Context, r *route.Route, target string, timeou
 	}
 	u.log.Log(context.Background(), level, "upstream call", "account", u.name, "route", r.Name, "status", status, "code", code,
 		"outcome", outcome.String(), "ms", took.Milliseconds(), "bytes", len(body))
-	if result != nil && outcome != metrics.OutcomeErrorEnvelope {
+	if result != nil && envelope.KindOf(result) != envelope.KindEnvelope {
 		return Answer{}, result
 	}
 	return Answer{Status: status, Code: code, Body: body}, result
@@ -231,10 +256,11 @@ func (u *account) sign(req *fasthttp.Request, path string) {
 }
 
 // judge reads an answer of status and envelope code to a call sent at
-// sent: its outcome, and the account's failure it is (nil: none; an
+// sent: the account's failure it is, whose kind is the call's outcome
+// (nil: none; an
 // error envelope that says the upstream is failing goes with its answer,
 // to be passed on if no other account can be asked: Pool.Fetch).
-func (u *account) judge(resp *fasthttp.Response, path string, status int, code string, sent time.Time) (metrics.Outcome, error) {
+func (u *account) judge(resp *fasthttp.Response, path string, status int, code string, sent time.Time) error {
 	switch {
 	case envelope.CredentialsRefused(status, code):
 		u.credentialsRefused(status, code)
@@ -242,30 +268,30 @@ func (u *account) judge(resp *fasthttp.Response, path string, status int, code s
 		if v := envelope.Vendor(code); v != nil {
 			words = " (" + v.Words + ")"
 		}
-		return metrics.OutcomeCredentials, envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q%s to account %s", status, code, words, u.name), 0)
+		return envelope.ErrCredentials.With(fmt.Errorf("upstream answered %d code %q%s to account %s", status, code, words, u.name), 0)
 	case status == fasthttp.StatusNotFound:
 		// Whatever envelope came with it: the path asked is the API's, so
 		// the base_url is wrong. An upstream failure, counted and alerted
 		// on, never the client's 404.
-		return metrics.OutcomeNotFound, envelope.ErrUpstreamNotFound.With(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
+		return envelope.ErrUpstreamNotFound.With(fmt.Errorf("upstream answered 404 code %q to %s on account %s", code, path, u.name), 0)
 	case status == fasthttp.StatusTooManyRequests || code == "50011":
 		retry := u.throttled(resp.Header.Peek("Retry-After"), time.Now())
-		return metrics.Outcome429, envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), envelope.CeilSeconds(retry))
+		return envelope.ErrThrottled.With(fmt.Errorf("upstream answered %d code %q", status, code), envelope.CeilSeconds(retry))
 	case status >= 500:
-		return metrics.Outcome5xx, envelope.ErrBadGateway.With(fmt.Errorf("upstream answered %d", status), 0)
+		return envelope.Err5xx.With(fmt.Errorf("upstream answered %d", status), 0)
 	case code == "":
-		return metrics.OutcomeMalformed, envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
+		return envelope.ErrMalformed.With(fmt.Errorf("upstream answered %d without an envelope", status), 0)
 	case envelope.UpstreamFailing(status, code):
 		// 50013 "system busy" with HTTP 200 too: the vendor's table, not
 		// the status, says the upstream failed.
-		return metrics.OutcomeErrorEnvelope, envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
+		return envelope.ErrFailingEnvelope.With(fmt.Errorf("upstream answered %d code %q", status, code), 0)
 	case code != "0":
 		// A refusal, a "no data" answer or a code outside the vendor's
 		// table: the question's, passed to the request path.
-		return metrics.OutcomeErrorEnvelope, nil
+		return nil
 	}
 	u.recovered(sent)
-	return metrics.OutcomeOK, nil
+	return nil
 }
 
 // credentialsRefused logs, at error and once per log.repeat_interval for

@@ -127,7 +127,7 @@ func (f *ByteGate) release(r Reservation, answered int) {
 // ErrBytes refuses a fetch that found no room for its answer within its
 // wait, as envelope.ErrBudget refuses one that found no token: 503, 50001, with a
 // Retry-After.
-var ErrBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, Reason: "bytes"}
+var ErrBytes = &envelope.Error{Status: 503, Code: "50001", Msg: "Service temporarily unavailable: too many large answers being fetched", RetryAfter: 1, Kind: envelope.KindBytes}
 
 // Reserve takes room for f's answer, waiting as long as the budget lets a
 // miss wait for a token (upstream.budget_wait; not at all with a stale copy

@@ -394,9 +394,8 @@ func (pl *Pool) attempt(u *account, r *route.Route, cfg *config.Upstream, f *Req
 	})
 	if as != nil {
 		outcome := "ok"
-		var e *envelope.Error
-		if errors.As(err, &e) {
-			outcome = e.Reason
+		if k := envelope.KindOf(err); k != envelope.KindNone {
+			outcome = k.Detail()
 		}
 		as.SetAttributes(attribute.Int("http.response.status_code", a.Status), attribute.String("outcome", outcome))
 		tracing.End(as, err)
@@ -419,8 +418,11 @@ func passOn(a Answer, err error) (Answer, error) {
 // refused, or it answered an envelope saying it is failing), so another
 // account may well answer.
 func accountFault(err error) bool {
-	var e *envelope.Error
-	return errors.As(err, &e) && (e.Reason == envelope.ErrCredentials.Reason || e.Reason == envelope.ErrFailingEnvelope.Reason || e.Reason == envelope.ErrUpstreamNotFound.Reason)
+	switch envelope.KindOf(err) {
+	case envelope.KindCredentials, envelope.KindEnvelope, envelope.KindNotFound:
+		return true
+	}
+	return false
 }
 
 // refusedWrongly notes that u refused a question (50014, 50025, 50036)
@@ -439,7 +441,7 @@ func (u *account) refusedWrongly(r *route.Route, other *account) {
 
 // errRefusedWrongly records, in an account's breaker, a refusal of a
 // question another account answered.
-var errRefusedWrongly = &envelope.Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", Reason: "refused-wrongly"}
+var errRefusedWrongly = &envelope.Error{Status: 502, Code: "50026", Msg: "Upstream error: an account refused a valid question", Kind: envelope.KindRefusedWrongly}
 
 // another reports whether an account other than u is usable now.
 func (pl *Pool) another(u *account) bool {
@@ -452,10 +454,10 @@ func (pl *Pool) another(u *account) bool {
 	return false
 }
 
-// throttledByUpstream: the upstream answered 429 or 50011.
+// throttledByUpstream: the upstream answered 429 or 50011 (not the edge's
+// own budget, which shares its Cache-Status detail "quota").
 func throttledByUpstream(err error) bool {
-	var e *envelope.Error
-	return errors.As(err, &e) && e.Reason == envelope.ErrThrottled.Reason
+	return envelope.KindOf(err) == envelope.KindThrottled
 }
 
 // take draws one token for an attempt of f from the best usable account,
@@ -466,11 +468,11 @@ func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *ac
 	t := f.Tenant
 	if until, ok := pl.LockedUntil(now); ok {
 		pl.m.Throttled.WithLabelValues("upstream").Inc()
-		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
+		pl.m.Upstream(int(r.ID), outcomeOf(envelope.KindLockedOut), -1)
 		if t != nil {
 			t.Acct.Refused(metrics.RefusedUpstream)
 		}
-		return nil, envelope.ErrThrottled.With(nil, envelope.CeilSeconds(until.Sub(now)))
+		return nil, envelope.ErrLockedOut.With(nil, envelope.CeilSeconds(until.Sub(now)))
 	}
 	if pl.BreakerOpen() {
 		pl.m.Upstream(int(r.ID), metrics.OutcomeBreakerOpen, -1)
@@ -494,7 +496,7 @@ func (pl *Pool) take(r *route.Route, cfg *config.Upstream, f *Request, avoid *ac
 	}
 	if u == nil {
 		pl.m.Throttled.WithLabelValues("budget").Inc()
-		pl.m.Upstream(int(r.ID), metrics.OutcomeBudgetExhausted, -1)
+		pl.m.Upstream(int(r.ID), outcomeOf(envelope.KindBudget), -1)
 		if f.Tenant != nil {
 			f.Tenant.Acct.Refused(metrics.RefusedBudget)
 		}

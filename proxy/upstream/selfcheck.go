@@ -115,9 +115,9 @@ func (pl *Pool) checkAccount(ctx context.Context, u *account, r *route.Route, ta
 	st := &selfCheckState{why: err.Error(), at: time.Now()}
 	var e *envelope.Error
 	switch {
-	case errors.As(err, &e) && e.Reason == envelope.ErrUpstreamNotFound.Reason:
+	case errors.As(err, &e) && e.Kind == envelope.KindNotFound:
 		st.misconfigured, st.why = true, "the upstream answered 404, no such path: upstream.base_url is wrong"
-	case errors.As(err, &e) && e.Reason == envelope.ErrCredentials.Reason:
+	case errors.As(err, &e) && e.Kind == envelope.KindCredentials:
 		st.misconfigured, st.why = true, "the upstream refused the credentials (api_key, secret_key, passphrase)"
 		if e.Err != nil { // which code: frozen, blocked, without permission, the keys may be right
 			st.why += " or the account: " + e.Err.Error()
