@@ -125,6 +125,7 @@ const (
 // Metrics holds every family. Create one per process (or per test) with New.
 type Metrics struct {
 	Registry *prometheus.Registry
+	CDN      CDN // purges carried to a CDN (cdn.go)
 
 	// [route][...]; the last route is "unknown". A nil entry is a series
 	// not made at start (see the package doc).
@@ -359,6 +360,7 @@ func (m *Metrics) registerCache(cs CacheStats) {
 	m.Purges = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "purges_total",
 		Help: "Purges applied to this node's cache, by selector (url, hash, heights, route, all) and mode (hard, soft)."}, []string{"selector", "mode"})
 	m.Registry.MustRegister(m.Purges)
+	m.cdnFamilies()
 	for _, s := range PurgeSelectors {
 		for _, mode := range []string{"hard", "soft"} {
 			m.Purges.WithLabelValues(s, mode)

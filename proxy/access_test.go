@@ -142,7 +142,7 @@ func TestHitPathAllocatesNothing(t *testing.T) {
 		name     string
 		origins  []string
 		headers  []string
-		identity int64 // cache.identity_bytes
+		identity int64  // cache.identity_bytes
 		cdn      string // cdn.tag_header
 	}{
 		{"plain: the answer's hot identity copy", nil, nil, 0, ""},

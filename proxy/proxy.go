@@ -25,6 +25,7 @@ import (
 
 	"explorer-edge/cache"
 	"explorer-edge/cache/disk"
+	"explorer-edge/cdn"
 	"explorer-edge/config"
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/admin"
@@ -70,6 +71,8 @@ type Proxy struct {
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now func() time.Time
 	ops ops // what the operator sees: tracing, request ids, sampled logs, top keys, the configuration's record
+	// cdn carries purges to the CDN (cdn.provider, cdn.go); nil: none.
+	cdn *cdn.Sender
 }
 
 // tiers are the caches under memory, asked in this order on a miss.
@@ -191,6 +194,9 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 	}
 	if o.Fleet != nil {
 		p.purges.Join(o.Fleet)
+	}
+	if err := p.startCDN(cfg, o.Fleet); err != nil {
+		return nil, err
 	}
 	p.events = events.New(eventsCore{p}, cfg.Stream, s.chains, p.metrics, o.Relay)
 	return p, nil
@@ -910,6 +916,7 @@ func (p *Proxy) background(keys []string, fn func(keys []string)) {
 // would store into a closed cache.
 func (p *Proxy) Close(ctx context.Context) error {
 	p.events.Close() // its polls are misses too
+	p.closeCDN()
 	p.work.mu.Lock()
 	p.work.closed = true
 	p.work.mu.Unlock()

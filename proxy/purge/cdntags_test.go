@@ -81,7 +81,7 @@ func TestCDNTagsCoverEverySelector(t *testing.T) {
 	}
 	matched := 0
 	for _, sel := range sels {
-		tags := testNaming.SelectorTags(sel, head, 64)
+		tags := testNaming.SelectorTags(sel, headAt(head), 64)
 		if len(tags) > 2*MaxTags {
 			t.Errorf("%s %s: %d tags", sel.Kind(), sel.Describe(), len(tags))
 		}
@@ -113,7 +113,7 @@ func TestCDNTagsOfAReorganization(t *testing.T) {
 	const head = 12_345_678
 	below := &cache.Entry{Key: "k", Tags: cache.Tags{Route: 1, Chain: 1, Lo: head - 1000, Hi: head - 999}}
 	for depth := int64(1); depth <= 40; depth++ {
-		tags := testNaming.SelectorTags(Replaced(testNaming.Chains, "CHAINX", head-depth, 1), head, 64)
+		tags := testNaming.SelectorTags(Replaced(testNaming.Chains, "CHAINX", head-depth, 1), headAt(head), 64)
 		if len(tags) > 100 {
 			t.Fatalf("depth %d: %d tags", depth, len(tags))
 		}
@@ -159,9 +159,11 @@ func TestCDNTagsOfAURL(t *testing.T) {
 	}
 	e := &cache.Entry{Key: sel.keys[0]}
 	e.Tags = Of(e, nil, testNaming.Chains)
-	tags := testNaming.SelectorTags(sel, 0, 0)
+	tags := testNaming.SelectorTags(sel, headAt(0), 0)
 	have := entryTags(e)
 	if len(tags) != 2 || !have[tags[0]] || !have[tags[1]] || !strings.HasPrefix(tags[1], "ee-h-chainx-") {
 		t.Fatalf("url tags %v, the answer's %v", tags, have)
 	}
 }
+
+func headAt(h int64) func(string) int64 { return func(string) int64 { return h } }

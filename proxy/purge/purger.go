@@ -65,6 +65,21 @@ type Purger struct {
 	// floor first); known: the log has been read to its end once (Known).
 	floors atomic.Int64
 	known  atomic.Bool
+	// applied is told of every purge once this node has applied it
+	// (OnApplied): the CDN's sender.
+	applied atomic.Pointer[func(sel *Selector, at, seq int64)]
+}
+
+// OnApplied has f told of every purge this node has applied, its own
+// (after it was published to the fleet: seq is its record's number, 0 on
+// a single node) and, in fleet mode, the fleet's: the CDN's sender queues
+// them (package cdn).
+func (p *Purger) OnApplied(f func(sel *Selector, at, seq int64)) { p.applied.Store(&f) }
+
+func (p *Purger) tell(sel *Selector, at, seq int64) {
+	if f := p.applied.Load(); f != nil {
+		(*f)(sel, at, seq)
+	}
 }
 
 // Options are a Purger's collaborators.
@@ -166,11 +181,15 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	}
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	if p.fleet == nil {
+		p.tell(sel, at, 0)
 		return res, nil
 	}
 	req, _ := json.Marshal(sel.req)
 	seq, found, err := p.fleet.PublishPurge(at, req, sel.sharedKeys(), sel.soft, p.o.Retain())
 	res.Redis, res.Seq, res.Fleet = found, seq, err == nil
+	if err == nil {
+		p.tell(sel, at, seq)
+	}
 	return res, err
 }
 

@@ -239,9 +239,9 @@ func appendHex(b []byte, v uint64) []byte {
 
 // SelectorTags are the tags that name, at the CDN, every answer sel
 // selects (and, tags being coarser than selectors, some more). head is
-// the chain's newest height known (0: unknown) and span how far above it
-// an open range ("from the fork up") reaches.
-func (n *Naming) SelectorTags(sel *Selector, head, span int64) []string {
+// the newest height known of a chain (upper case; 0: unknown) and span
+// how far above it an open range ("from the fork up") reaches.
+func (n *Naming) SelectorTags(sel *Selector, head func(chain string) int64, span int64) []string {
 	p := n.Prefix
 	r := sel.req
 	switch sel.kind {
@@ -265,7 +265,7 @@ func (n *Naming) SelectorTags(sel *Selector, head, span int64) []string {
 		chain := strings.ToLower(r.Heights.Chain)
 		from, to := sel.from, sel.to
 		if to == math.MaxInt64 || to-from > bucketSize(BucketLevels)*MaxBucketTags {
-			to = max(from, head) + span
+			to = max(from, head(r.Heights.Chain)) + span
 		}
 		out := []string{p + "bw-" + chain}
 		for level := 1; level <= BucketLevels; level++ {

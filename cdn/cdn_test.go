@@ -1,0 +1,239 @@
+package cdn
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
+
+	"explorer-edge/config"
+	"explorer-edge/internal/testkit"
+	"explorer-edge/metrics"
+)
+
+// cloudflare imitates Cloudflare's purge API as documented: POST
+// /zones/<zone>/purge_cache with a bearer token and {"tags": [...]}, at
+// most 100 tags a request (400 beyond), a token bucket per zone (429
+// with Retry-After when empty), success said in the body.
+type cloudflareAPI struct {
+	t      *testing.T
+	zone   string
+	token  string
+	bucket *rate.Limiter
+
+	mu        sync.Mutex
+	purged    []string // tags, in the order acknowledged
+	requests  int
+	throttled int
+}
+
+func (cf *cloudflareAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	fail := func(status int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"success":false,"errors":[{"code":%d,"message":%q}]}`, status, msg)
+	}
+	if r.Method != http.MethodPost || r.URL.Path != "/zones/"+cf.zone+"/purge_cache" {
+		fail(404, "no route")
+		return
+	}
+	if r.Header.Get("Authorization") != "Bearer "+cf.token {
+		fail(403, "Authentication error")
+		return
+	}
+	var body struct {
+		Tags []string `json:"tags"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil || len(body.Tags) == 0 {
+		fail(400, "bad body")
+		return
+	}
+	if len(body.Tags) > 100 {
+		fail(400, "Only 100 tags can be purged at a time")
+		return
+	}
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	cf.requests++
+	res := cf.bucket.Reserve()
+	if d := res.Delay(); d > 0 {
+		res.Cancel()
+		cf.throttled++
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(d.Seconds()))))
+		fail(429, "Rate limited")
+		return
+	}
+	cf.purged = append(cf.purged, body.Tags...)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"success":true,"errors":[],"result":{"id":"x"}}`)
+}
+
+func (cf *cloudflareAPI) tags() []string {
+	cf.mu.Lock()
+	defer cf.mu.Unlock()
+	return slices.Clone(cf.purged)
+}
+
+func newCloudflare(t *testing.T, perSecond float64, burst int) (*cloudflareAPI, string) {
+	cf := &cloudflareAPI{t: t, zone: "z0123", token: "cf-token-0123456789", bucket: rate.NewLimiter(rate.Limit(perSecond), burst)}
+	srv := httptest.NewServer(cf)
+	t.Cleanup(srv.Close)
+	return cf, srv.URL
+}
+
+func cloudflareConfig(base string, perSecond float64, burst int) config.CDN {
+	c := config.CDNDefaults()
+	c.TagHeader, c.Provider, c.Endpoints, c.Service, c.APIToken = "Cache-Tag", "cloudflare", []string{base}, "z0123", "cf-token-0123456789"
+	c.Rate, c.Burst, c.ResendAfter = perSecond, burst, 0
+	return c
+}
+
+// purges are n purges of per tags each, numbered.
+func purges(n, per int) ([]Purge, []string) {
+	var out []Purge
+	var all []string
+	for i := range n {
+		p := Purge{At: time.Now().UnixNano()}
+		for j := range per {
+			p.Tags = append(p.Tags, fmt.Sprintf("ee-b1-chainx-%d-%d", i, j))
+		}
+		out = append(out, p)
+		all = append(all, p.Tags...)
+	}
+	return out, all
+}
+
+func newSender(t *testing.T, cfg config.CDN) (*Sender, *metrics.Metrics) {
+	t.Helper()
+	m := metrics.New([]string{"r"}, nil, nil)
+	s, err := New(cfg, Options{Metrics: m, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, m
+}
+
+// TestCloudflareWithinItsBucket: a sender given nine tenths of the zone's
+// rate (the imitation's bucket: 5 requests at once, then a steady rate;
+// scaled from the Free plan's per minute to per second; a tenth kept for
+// the requests' own jitter) queues 40 purges of 150 tags
+// at once: they reach Cloudflare in order, batched to 100 tags, none
+// lost, and no request is refused for rate.
+func TestCloudflareWithinItsBucket(t *testing.T) {
+	cf, base := newCloudflare(t, 20, 5)
+	s, m := newSender(t, cloudflareConfig(base, 18, 5))
+	ps, want := purges(40, 150)
+	for _, p := range ps {
+		s.Enqueue(p)
+	}
+	testkit.WaitFor(t, "the queue to drain", func() bool { return s.Pending() == 0 })
+	if got := cf.tags(); !slices.Equal(got, want) {
+		t.Fatalf("Cloudflare purged %d tags, want the %d queued in order", len(got), len(want))
+	}
+	if cf.throttled != 0 || cf.requests != 80 {
+		t.Fatalf("%d requests, %d refused for rate; want 80, none", cf.requests, cf.throttled)
+	}
+	if ok := testutil.ToFloat64(m.CDN.Requests.WithLabelValues("ok")); ok != 80 || testutil.ToFloat64(m.CDN.Queue) != 0 {
+		t.Fatalf("requests ok %v, queue %v", ok, testutil.ToFloat64(m.CDN.Queue))
+	}
+	if n := testutil.CollectAndCount(m.CDN.Lag); n != 1 {
+		t.Fatalf("lag histogram: %d series", n)
+	}
+}
+
+// TestCloudflareRetryAfter: a sender set faster than the zone's bucket is
+// refused with 429 and Retry-After; it waits as told and sends every
+// purge, in order, counting the refusals as throttled.
+func TestCloudflareRetryAfter(t *testing.T) {
+	cf, base := newCloudflare(t, 4, 2)
+	s, m := newSender(t, cloudflareConfig(base, 1000, 1000))
+	ps, want := purges(6, 40)
+	for _, p := range ps {
+		s.Enqueue(p)
+	}
+	testkit.WaitFor(t, "the queue to drain", func() bool { return s.Pending() == 0 })
+	if got := cf.tags(); !slices.Equal(got, want) {
+		t.Fatalf("Cloudflare purged %v, want %v", got, want)
+	}
+	if thr := testutil.ToFloat64(m.CDN.Requests.WithLabelValues("throttled")); thr < 1 || int(thr) != cf.throttled {
+		t.Fatalf("throttled counted %v, the imitation refused %d", thr, cf.throttled)
+	}
+}
+
+// TestProviderFailuresRetried: a provider that fails (500, then a refusal
+// of the credentials until fixed) gets the purge again, with backoff,
+// until it acknowledges; each outcome is counted; the token never shows
+// in what the sender logs.
+func TestProviderFailuresRetried(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		switch calls {
+		case 1:
+			w.WriteHeader(500)
+		case 2:
+			w.WriteHeader(403)
+		default:
+			if r.Header.Get("Fastly-Key") != "fastly-secret-token" || r.Header.Get("Fastly-Soft-Purge") != "1" {
+				w.WriteHeader(400)
+				return
+			}
+			got = append(got, strings.Fields(r.Header.Get("Surrogate-Key"))...)
+		}
+	}))
+	defer srv.Close()
+	c := config.CDNDefaults()
+	c.TagHeader, c.Provider, c.Endpoints, c.Service, c.APIToken, c.Soft = "Surrogate-Key", "fastly", []string{srv.URL}, "svc", "fastly-secret-token", true
+	var logged strings.Builder
+	var logMu sync.Mutex
+	m := metrics.New([]string{"r"}, nil, nil)
+	s, err := New(c, Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logged}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ps, want := purges(1, 300) // two requests: 256 + 44 keys
+	ps[0].Soft = true
+	s.Enqueue(ps[0])
+	testkit.WaitFor(t, "the purge acknowledged", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 300 })
+	if !slices.Equal(got, want) {
+		t.Fatal("keys out of order")
+	}
+	for outcome, n := range map[string]float64{"server_error": 1, "refused": 1, "ok": 2} {
+		if v := testutil.ToFloat64(m.CDN.Requests.WithLabelValues(outcome)); v != n {
+			t.Errorf("outcome %s: %v, want %v", outcome, v, n)
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logged.String(), "fastly-secret-token") || !strings.Contains(logged.String(), "retried") {
+		t.Fatalf("log: %s", logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *strings.Builder
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
