@@ -16,7 +16,7 @@ IMAGE ?= $(IMAGE_NAME):$(VERSION)
 # SOURCE=https://... when origin is ssh or absent.
 SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep '^https://' | sed 's/\.git$$//')
 
-.PHONY: build image run test allocs vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream fuzz fuzz-ci soak clean
+.PHONY: build image run test allocs vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream path fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -78,6 +78,17 @@ bench:
 
 bench-compare: build
 	bench/compare
+
+# What one question runs (docs/design.md, Code map): for a hit, a
+# whole-key miss and a per-hash miss of 3 hashes, the module's functions,
+# files and packages (explorer-sim, metrics and tcpio aside), from Go's
+# coverage counters cleared before the request and read after it
+# (bench/path). PATH_LIST=1 lists the functions by file. Not in make test.
+PATH_LIST ?=
+path:
+	@d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; \
+	$(GO) build -cover -covermode=atomic -coverpkg=explorer-edge/... -o "$$d/edge-path" ./bench/path && \
+	GOCOVERDIR="$$d" "$$d/edge-path" $(if $(PATH_LIST),-list)
 
 bench-replay:
 	$(GO) run ./bench/replay
