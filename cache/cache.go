@@ -55,6 +55,9 @@ type Entry struct {
 	// cdn is the tags header's value behind a CDN (tags.go: CDNTags),
 	// built at the entry's first answer.
 	cdn atomic.Pointer[CDNTags]
+	// link is the Link header of a block-list answer (proxy/blocklist.go),
+	// built at its first answer: empty when it has none.
+	link atomic.Pointer[[]byte]
 
 	// etag holds ETag's bytes inside the struct: a hit reads them with the
 	// struct, not from one more place in memory.
@@ -64,6 +67,19 @@ type Entry struct {
 	ident     atomic.Pointer[identCopy]
 	identAsks atomic.Uint32 // identity asks served without a copy
 }
+
+// Link is e's Link header value as built by SetLink (empty: none), and
+// whether it was built.
+func (e *Entry) Link() ([]byte, bool) {
+	if l := e.link.Load(); l != nil {
+		return *l, true
+	}
+	return nil, false
+}
+
+// SetLink keeps e's Link header value; two answers may build it at once:
+// either is kept (they are equal).
+func (e *Entry) SetLink(v []byte) { e.link.Store(&v) }
 
 // gzipMin is the body size below which an answer is held as is: the gzip
 // header and trailer (18 bytes) and the inflate are not worth it.

@@ -10,9 +10,11 @@ const (
 	SourceUpstream                // fetched from the explorer API by this node
 	SourceShared                  // read from the fleet's shared tier (Redis), fetched by some node
 	SourceAssembled               // a per-hash route's answer put together from its hashes' entries
+	SourceBlocks                  // a block-list page put together from the blocks held (proxy/blocks)
 )
 
-// String names the source: "unknown", "upstream", "shared", "assembled".
+// String names the source: "unknown", "upstream", "shared", "assembled",
+// "blocks".
 func (s Source) String() string {
 	switch s {
 	case SourceUpstream:
@@ -21,6 +23,8 @@ func (s Source) String() string {
 		return "shared"
 	case SourceAssembled:
 		return "assembled"
+	case SourceBlocks:
+		return "blocks"
 	}
 	return "unknown"
 }

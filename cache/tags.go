@@ -66,6 +66,7 @@ func (e *Entry) StaleFrom(at int64) *Entry {
 		Status: e.Status, Source: e.Source, Tags: e.Tags, slot: -1,
 	}
 	c.cdn.Store(e.cdn.Load())
+	c.link.Store(e.link.Load())
 	return c
 }
 

@@ -10,7 +10,7 @@ import (
 func (q *query) request(haveStale, background bool) *upstream.Request {
 	f := &upstream.Request{Route: q.Route, Key: string(q.Key), Chain: string(q.Chain), Height: q.Height,
 		HaveStale: haveStale, Background: background, Tenant: q.tenant, Trace: q.trace,
-		HeadList: route.IsHeadList(q.Route.ID, q.Height, q.Page)}
+		HeadList: route.IsHeadList(q.Route.ID, q.PinHeight(), q.Page)}
 	if q.NHashes > 0 {
 		f.Hashes = make([]string, q.NHashes)
 		for i := range f.Hashes {

@@ -51,7 +51,7 @@ func (p *Proxy) inspect(raw []byte) (*admin.Inspected, *envelope.Error) {
 	out := &admin.Inspected{URL: string(raw), Key: string(q.Key), Route: r.Name, Chain: string(q.Chain),
 		At: now.UTC().Format(time.RFC3339Nano)}
 	out.KeyState = p.inspectKey(out.Key, now)
-	f := &upstream.Request{Route: r, Key: out.Key, Chain: out.Chain, Height: q.Height, HeadList: route.IsHeadList(r.ID, q.Height, q.Page)}
+	f := &upstream.Request{Route: r, Key: out.Key, Chain: out.Chain, Height: q.Height, HeadList: route.IsHeadList(r.ID, q.PinHeight(), q.Page)}
 	out.Tiers = p.inspectTiers(s, f, now)
 	if r.PerHash {
 		out.Parts = make([]admin.Part, q.NHashes)

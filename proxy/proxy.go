@@ -30,6 +30,7 @@ import (
 	"explorer-edge/metrics"
 	"explorer-edge/proxy/admin"
 	"explorer-edge/proxy/admission"
+	"explorer-edge/proxy/blocks"
 	"explorer-edge/proxy/envelope"
 	"explorer-edge/proxy/events"
 	"explorer-edge/proxy/logsample"
@@ -63,6 +64,7 @@ type Proxy struct {
 	tiers    tiers          // the tiers under memory: disk, then shared
 	up       *upstream.Pool // the upstream accounts, their budgets and byte gate
 	truth    *truth.Chains  // heads, finalized heights, recent hashes, reorganizations (reorg.go)
+	blocks   *blocks.Store  // each chain's blocks, block-list pages are assembled from (blocklist.go)
 	purges   *purge.Purger  // purges: applied, logged to judge answers stored after them, shared with the fleet
 	events   *events.Events // the stream of chain events and its poller (package events); nil when off
 	work     work           // flights of misses, batches, background refreshes
@@ -157,6 +159,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.tiers.shared = o.Tier
 	}
 	p.truth = truth.New(s.chains)
+	p.blocks = blocks.New(s.chains)
 	if o.Disk != nil {
 		// This node's finalized heights, kept by the disk tier across a
 		// restart (docs/disk.md): settled answers are classed final
@@ -445,7 +448,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, s *settings, q *query, start tim
 		p.serveBatch(ctx, s, q, e, start, now)
 		return
 	}
-	if route.IsHeadList(q.Route.ID, q.Height, q.Page) {
+	if route.IsHeadList(q.Route.ID, q.PinHeight(), q.Page) {
 		p.events.Asked(ctx, string(q.Chain), string(q.Key))
 	}
 	a, leader, err := p.load(s, q.request(e != nil, false))
@@ -619,6 +622,7 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	if e := p.cache.GetString(f.Key); !f.Poll && e.StateAt(p.clock().UnixNano()) == cache.Fresh {
 		return &loaded{entry: e, stored: true, cached: true}, nil
 	}
+
 	// A copy a lower tier holds answers (lower), or stands in if the
 	// fetch fails for a request that has no copy of its own (standIn).
 	var stale lowerCopy
@@ -636,6 +640,23 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 			return a, nil
 		}
 		f, stale = standIn(f, c, stale)
+	}
+	// A block list may be made of the blocks held, or of the pages of
+	// 100 that hold them; a pinned one only so (blocklist.go).
+	if f.Route.ID == route.BlockList && !f.Poll {
+		if a, done, err := p.fromBlocks(s, f); done {
+			if err == nil {
+				return a, nil
+			}
+			if !stale.unconfirmed && stale.e.UsableOnError(p.clock().UnixNano()) {
+				stale.keep(p, s, p.clock())
+			}
+			if a == nil {
+				a = &loaded{}
+			}
+			a.stale = stale.e
+			return a, err
+		}
 	}
 	// Room for the answer, within budget_wait, or refused like the budget
 	// refuses (bytegate.go).

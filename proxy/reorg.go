@@ -48,6 +48,9 @@ func (p *Proxy) observe(f *upstream.Request, body []byte, asked int64) (behind i
 		p.purgeReplaced(v.Partial)
 		p.search(f.Chain, f.Tenant)
 	}
+	if f.Route.ID == route.BlockList && v.Behind == 0 {
+		p.blocks.Add(f.Chain, body, asked, f.HeadList) // after any purge: the new branch's blocks
+	}
 	return v.Behind
 }
 
@@ -266,6 +269,7 @@ func (p *Proxy) reorganized(r *truth.Reorg) {
 // the class: an answer of the replaced branch is never served again, not
 // even as a stand-in for a failure. It returns the entries purged here.
 func (p *Proxy) purgeReplaced(r *truth.Reorg) int {
+	p.blocks.Drop(r.Chain, r.Fork)
 	sel := purge.Replaced(p.settings.Load().chains, r.Chain, r.Fork, r.At)
 	res, err := p.purges.PurgeAt(sel, r.At)
 	if err != nil {

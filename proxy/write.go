@@ -25,6 +25,7 @@ var (
 	valAEOrigin       = []byte("Accept-Encoding, Origin")
 	hdrRetryAfter     = []byte("Retry-After")
 	hdrAllow          = []byte("Allow")
+	hdrLink           = []byte("Link")
 	valAllow          = []byte("GET, HEAD")
 	hdrIfNoneMatch    = []byte("If-None-Match")
 	hdrAcceptEncoding = []byte("Accept-Encoding")
@@ -63,6 +64,9 @@ func (p *Proxy) writeEntry(ctx *fasthttp.RequestCtx, s *settings, q *query, e *c
 	}
 	h.SetCanonical(hdrVary, vary)
 	q.scratch = b
+	if l := blockLink(e); len(l) > 0 { // a block list's next and previous pages, pinned (blocklist.go)
+		h.SetCanonical(hdrLink, l)
+	}
 
 	if e.Status != 0 { // a cached refusal keeps the upstream's status
 		ctx.SetStatusCode(e.Status)

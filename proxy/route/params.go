@@ -22,7 +22,14 @@ type Params struct {
 	hashes      [MaxHashes][2]uint16
 	NHashes     int
 	Page, Limit int64 // kindPage and kindLimit values (1 and 0 when absent)
+	// Head is the kindPin value, the head a pinned block list was started
+	// at (head=H); -1 when absent.
+	Head int64
 }
+
+// PinHeight is what IsHeadList takes as the height: Height, or for a
+// pinned list (which is never the newest page) its pin.
+func (q *Params) PinHeight() int64 { return max(q.Height, q.Head) }
 
 // Hash is the i-th hash asked, lower case.
 func (q *Params) Hash(i int) []byte { return q.Key[q.hashes[i][0]:q.hashes[i][1]] }
@@ -33,7 +40,7 @@ func (q *Params) Hash(i int) []byte { return q.Key[q.hashes[i][0]:q.hashes[i][1]
 // upper case.
 func (q *Params) Parse(r *Route, args *fasthttp.Args, chains []string) *envelope.Error {
 	q.Route = r
-	q.Height = -1
+	q.Height, q.Head = -1, -1
 	q.NHashes = 0
 	q.Chain = q.Chain[:0]
 	q.Page, q.Limit = 1, 0
@@ -63,6 +70,9 @@ func (q *Params) Parse(r *Route, args *fasthttp.Args, chains []string) *envelope
 		if err := conflicting(r, args, chains, k); err != nil {
 			return err
 		}
+	}
+	if q.Head >= 0 && q.Height >= 0 {
+		return envelope.Invalid("head", "a pinned list (head) cannot be asked at a height too")
 	}
 	// Only the newest rows are reachable (spec, Limits): asking beyond them
 	// is the client's error, not an upstream call.
@@ -107,6 +117,8 @@ func (q *Params) appendParam(k []byte, sep byte, p *param, raw []byte, chains []
 		k, err = q.appendHashList(k, v, p)
 	case kindHeight:
 		k, q.Height, err = appendDecimal(k, v, 0, 1e15, p.name)
+	case kindPin:
+		k, q.Head, err = appendDecimal(k, v, 0, 1e15, p.name)
 	case kindPage:
 		k, q.Page, err = appendDecimal(k, v, 1, 1e6, p.name)
 	case kindLimit:

@@ -28,6 +28,11 @@ const (
 	kindPage                 // decimal >= 1
 	kindLimit                // decimal 1..max
 	kindEnum                 // one of enum, case-insensitive
+	// kindPin: the edge's own head=<height> of a pinned block list
+	// (docs/frontends.md): decimal, leading zeros dropped; part of the
+	// key, never sent upstream (such a key is answered from block items,
+	// proxy/blocklist.go).
+	kindPin
 )
 
 // param is one query parameter of a route.
@@ -124,6 +129,7 @@ var Table = [Count]Route{
 		params: []param{
 			{name: "chainShortName", kind: kindChain, required: true},
 			{name: "height", kind: kindHeight},
+			{name: "head", kind: kindPin},
 			{name: "page", kind: kindPage, def: "1"},
 			{name: "limit", kind: kindLimit, def: "20", max: 100},
 		},
@@ -285,6 +291,8 @@ func HashKey(chain, hash string) string { return "hash|" + chain + "|" + hash }
 
 // IsHeadList reports whether q asks the chain's newest block page: a block
 // list without a height, its first page.
+// A pinned list (head=H) is never one: callers pass its height as the
+// pin (PinHeight).
 func IsHeadList(r ID, height, page int64) bool {
 	return r == BlockList && height < 0 && page <= 1
 }
