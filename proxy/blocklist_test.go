@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -13,8 +14,11 @@ import (
 	"time"
 
 	"explorer-edge/cache"
+	"explorer-edge/internal/testkit"
 	"explorer-edge/proxy/route"
 	"explorer-edge/sim"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const blockListPath = "/api/v5/chainx/block/block-list"
@@ -293,5 +297,87 @@ func TestBlockListPinnedPagesShared(t *testing.T) {
 			}
 			want--
 		}
+	}
+}
+
+// TestBlockListPinRefusedNamingHead: a pin above the newest block, and a
+// page of a pin whose blocks have left the upstream's window and were
+// never held, are refused with 50036 naming head; a page of the same old
+// pin whose blocks are held is still answered. A pinned page of settled
+// blocks is final; one of a pin combined with a height is refused.
+func TestBlockListPinRefusedNamingHead(t *testing.T) {
+	h := newHarness(t, withProfile("vendor"))
+	first := h.get(blockListPath + "?chainShortName=CHAINX&limit=20")
+	top := heightsOf(t, first.body)[0]
+	refused := func(target, param string) {
+		t.Helper()
+		r := h.get(target)
+		if r.status != 400 || r.code() != "50036" || !strings.Contains(string(r.body), "Parameter "+param+" error") {
+			t.Errorf("%s: %d %s, want 400 50036 naming %s", target, r.status, r.body, param)
+		}
+	}
+	refused(fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=2&limit=20", blockListPath, top+50), "head")
+	refused(fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&height=%d", blockListPath, top, top), "head")
+	refused(fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=%d&limit=20", blockListPath, top, top/20+2), "page")
+
+	pinned := fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=2&limit=20", blockListPath, top)
+	r := h.get(pinned)
+	if r.status != 200 || !strings.HasPrefix(r.header["Cache-Control"], "public, max-age=86400,") {
+		t.Errorf("a pinned page of settled blocks: %d %q, want final (max-age=86400)", r.status, r.header["Cache-Control"])
+	}
+	// 10100 blocks later the pin's heights are below the upstream's
+	// window: its page 2 is still answered (held), its page 6 (never
+	// held) is refused naming head.
+	h.clock.Advance(10100 * time.Second)
+	h.cache.Del(pinned) // the answer kept a day: asked again from the items
+	if r := h.get(pinned); r.status != 200 || !reflect.DeepEqual(heightsOf(t, r.body)[0], top-20) {
+		t.Errorf("page 2 of an old pin whose blocks are held: %d %s", r.status, r.body)
+	}
+	refused(fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=6&limit=20", blockListPath, top), "head")
+}
+
+// TestBlockListPinnedPagesFollowAReorganization: a reorganization shows
+// its new branch in pinned pages at the same heights: page 2 of a pin
+// asked again after the edge saw the reorganization holds the upstream's
+// blocks now at those heights (no duplicate, no gap, by height).
+func TestBlockListPinnedPagesFollowAReorganization(t *testing.T) {
+	h := newHarness(t, withProfile("vendor"), noStale)
+	first := h.get(blockListPath + "?chainShortName=CHAINX&limit=20")
+	top := heightsOf(t, first.body)[0]
+	pinned := fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=2&limit=20", blockListPath, top)
+	before := h.get(pinned)
+	h.sim.Reorg(30) // heights top-29 .. top replaced
+	h.clock.Advance(1100 * time.Millisecond)
+	h.get(blockListPath + "?chainShortName=CHAINX&limit=20") // the edge sees the new branch
+	testkit.WaitFor(t, "the reorganization found", func() bool {
+		return testutil.ToFloat64(h.m.Reorgs.WithLabelValues("CHAINX")) >= 1
+	})
+	after := h.get(pinned)
+	if after.status != 200 || bytes.Equal(after.body, before.body) {
+		t.Fatalf("pinned page 2 after the reorganization: %d, unchanged: %q", after.status, after.header["Cache-Status"])
+	}
+	// The upstream's blocks at those heights now: its newest 100, by height.
+	now := map[int64]string{}
+	var env struct {
+		Data []struct {
+			BlockList []struct{ Height, Hash string } `json:"blockList"`
+		} `json:"data"`
+	}
+	json.Unmarshal(h.simGet(blockListPath+"?chainShortName=CHAINX&limit=100"), &env)
+	for _, b := range env.Data[0].BlockList {
+		v, _ := strconv.ParseInt(b.Height, 10, 64)
+		now[v] = b.Hash
+	}
+	json.Unmarshal(after.body, &env)
+	want := top - 20
+	for _, b := range env.Data[0].BlockList {
+		v, _ := strconv.ParseInt(b.Height, 10, 64)
+		if v != want || b.Hash != now[v] {
+			t.Errorf("pinned page 2 shows %d %s, want %d %s", v, b.Hash, want, now[want])
+		}
+		want--
+	}
+	if want != top-40 {
+		t.Errorf("pinned page 2 ends above %d", want+1)
 	}
 }
