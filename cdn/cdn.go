@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -117,7 +118,20 @@ func (s *Sender) Close() {
 // every purge of the log as it applies it; the lease holder sends them.
 func (s *Sender) Enqueue(p Purge) {
 	s.mu.Lock()
-	s.queue = append(s.queue, p)
+	// In the log's order: a node's own purge is queued when it publishes
+	// it, the others' when it reads them, so a record can come after one
+	// numbered above it. A record is sent only once every live node, this
+	// one included, has read the log past it (head): by then every record
+	// below it this node will queue is queued.
+	i := len(s.queue)
+	for p.Seq > 0 && i > 0 && s.queue[i-1].Seq > p.Seq {
+		i--
+	}
+	if p.Seq > 0 && i > 0 && s.queue[i-1].Seq == p.Seq {
+		s.mu.Unlock()
+		return // queued already
+	}
+	s.queue = slices.Insert(s.queue, i, p)
 	s.m.CDN.Queue.Set(float64(len(s.queue)))
 	s.mu.Unlock()
 	s.poke()
@@ -146,6 +160,11 @@ func (s *Sender) run() {
 	t := time.NewTimer(idle)
 	defer t.Stop()
 	for {
+		select {
+		case <-s.closed:
+			return
+		default:
+		}
 		wait := s.step()
 		if wait <= 0 {
 			continue
@@ -163,7 +182,8 @@ func (s *Sender) run() {
 // step sends what is due and says how long to wait for more.
 func (s *Sender) step() time.Duration {
 	if s.fleet != nil && !s.fleet.HoldCDNLease(s.cfg.Lease) {
-		return idle // another node sends; the queue waits for its cursor
+		s.trim() // another node sends: what it acknowledged leaves the queue
+		return idle
 	}
 	next, due, ok := s.head()
 	if !ok {
@@ -209,16 +229,9 @@ func (s *Sender) head() (Purge, time.Duration, bool) {
 		due = time.Duration(r.due - now)
 	}
 	if s.fleet != nil {
-		cursor, err := s.fleet.CDNCursor()
-		if err != nil {
+		if !s.trimLocked() {
 			return Purge{}, due, false
 		}
-		i := 0
-		for i < len(s.queue) && s.queue[i].Seq > 0 && s.queue[i].Seq <= cursor {
-			i++ // sent by the node that held the lease before
-		}
-		s.queue = s.queue[i:]
-		s.m.CDN.Queue.Set(float64(len(s.queue)))
 		if len(s.queue) == 0 {
 			return Purge{}, due, false
 		}
@@ -231,6 +244,30 @@ func (s *Sender) head() (Purge, time.Duration, bool) {
 		return Purge{}, due, false
 	}
 	return s.queue[0], 0, true
+}
+
+// trim drops from the queue what the fleet's cursor says the CDN has
+// acknowledged (sent by the node holding the lease).
+func (s *Sender) trim() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trimLocked()
+}
+
+// trimLocked is trim with mu held; false when the cursor could not be
+// read.
+func (s *Sender) trimLocked() bool {
+	cursor, err := s.fleet.CDNCursor()
+	if err != nil {
+		return false
+	}
+	i := 0
+	for i < len(s.queue) && s.queue[i].Seq > 0 && s.queue[i].Seq <= cursor {
+		i++
+	}
+	s.queue = s.queue[i:]
+	s.m.CDN.Queue.Set(float64(len(s.queue)))
+	return true
 }
 
 // send sends p in batches of the provider's limit until every batch is

@@ -97,6 +97,12 @@ type Redis struct {
 	purges purgeState // this node's place in the fleet's purge log (purge.go)
 	events eventWatch // the event stream's subscription (stream.go)
 
+	// cdn: this node sends purges to a CDN, or may (cdn.go): it reports
+	// how far it has read the purge log; cdnToken names it there.
+	cdnOn    atomic.Bool
+	cdnOnce  sync.Once
+	cdnToken string
+
 	closed chan struct{}
 	wg     sync.WaitGroup // the probe, the purge watch
 }

@@ -106,7 +106,7 @@ const purgePage = 100
 
 // purgeWatch is what a node does with the fleet's purges (WatchPurges).
 type purgeWatch struct {
-	apply   func(at int64, request []byte, live bool)
+	apply   func(seq, at int64, request []byte, live bool)
 	lost    func()
 	floor   func(at int64)
 	refused func(reason, why string)
@@ -193,7 +193,7 @@ func (r *Redis) purgePoll() time.Duration {
 // and at once when the node reconnects to Redis, before it uses Redis
 // again. Call it once; Close stops it.
 //
-// apply takes a record published by another node (or, with live false,
+// apply takes a record published by another node, with its number (or, with live false,
 // one published before this node began watching: to be remembered for
 // judging entries read from Redis, not applied to a memory that was empty
 // then). lost says records this node should have applied are gone: it
@@ -202,7 +202,7 @@ func (r *Redis) purgePoll() time.Duration {
 // (0: none), which may be less than before. refused says what Redis held
 // that no node publishes (reason "purge_seq", "purge_floor" or
 // "purge_record"): the node counts it and logs it, sampled.
-func (r *Redis) WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string)) {
+func (r *Redis) WatchPurges(apply func(seq, at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string)) {
 	ps := &r.purges
 	ps.mu.Lock()
 	ps.watch, ps.started, ps.last = &purgeWatch{apply, lost, floor, refused}, time.Now().UnixNano(), -1
@@ -221,8 +221,8 @@ func (r *Redis) WatchPurges(apply func(at int64, request []byte, live bool), los
 				return
 			case <-t.C:
 			}
-			if c := r.live(); c != nil {
-				r.syncPurges(c)
+			if c := r.live(); c != nil && r.syncPurges(c) {
+				r.reportApplied(c)
 			}
 		}
 	}()
@@ -350,7 +350,7 @@ func (r *Redis) applyRecord(w *purgeWatch, score string, size int64, rec string,
 		w.refused("purge_record", "unreadable record of "+strconv.Itoa(len(rec))+" bytes")
 		return
 	}
-	w.apply(at, req, !initial || at >= ps.started)
+	w.apply(n, at, req, !initial || at >= ps.started)
 }
 
 // caughtUp ends a poll that read the log to its end: every record up to

@@ -27,7 +27,7 @@ type Fleet interface {
 	// lost when records were missed, floor with the fleet's floor at every
 	// read (old answers are purged), refused for what Redis held that no
 	// node publishes.
-	WatchPurges(apply func(at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string))
+	WatchPurges(apply func(seq, at int64, request []byte, live bool), lost func(), floor func(at int64), refused func(reason, why string))
 }
 
 // Skew is how far ahead of this node's clock a time read from the fleet's
@@ -290,7 +290,7 @@ func (p *Purger) refused(reason, why string) {
 // Only entries whose answers are older than the purge are selected: what
 // this node fetched since is newer than the purge. Records published
 // before this node started (live false) are remembered, not applied.
-func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
+func (p *Purger) fleetPurge(seq, at int64, request []byte, live bool) {
 	now := p.o.Clock()
 	if at > now.Add(Skew).UnixNano() {
 		p.refused("purge_record", "from the future: "+time.Unix(0, at).Sub(now).String()+" ahead")
@@ -309,6 +309,7 @@ func (p *Purger) fleetPurge(at int64, request []byte, live bool) {
 	p.barrier()
 	n := p.Memory(sel, now)
 	d, _ := p.Disk(sel) // an error is logged there
+	p.tell(sel, at, seq)
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	p.logger.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.Describe(), "mode", sel.Mode(),
 		"memory", n, "disk", d, "lag", now.Sub(time.Unix(0, at)).String())
