@@ -299,3 +299,25 @@ func buildLink(e *cache.Entry) []byte {
 	}
 	return l
 }
+
+// BlockListFromItems answers key, a block-list question of chain without
+// a height, from the blocks held when they cover it and the newest page
+// is current, stores the answer like a miss would and returns it; nil
+// when they do not (nothing is asked of the upstream). The stream's
+// poller can refresh a variant of the newest page with it after polling
+// that page: every variant the page covers costs no call of its own.
+func (p *Proxy) BlockListFromItems(chain, key string) *cache.Entry {
+	s := p.settings.Load()
+	r := &route.Table[route.BlockList]
+	var q route.Params
+	q.ParseKey(r, key)
+	if q.Height >= 0 || q.Head >= 0 || q.Limit <= 0 || string(q.Chain) != chain {
+		return nil
+	}
+	pg, out := p.blocks.Assemble(p.blockAsk(s, chain, &q))
+	if out != blocks.Assembled {
+		return nil
+	}
+	f := &upstream.Request{Route: r, Key: key, Chain: chain, Height: -1}
+	return p.storeBlocks(s, f, &q, pg, 0).entry
+}

@@ -381,3 +381,40 @@ func TestBlockListPinnedPagesFollowAReorganization(t *testing.T) {
 		t.Errorf("pinned page 2 ends above %d", want+1)
 	}
 }
+
+// TestBlockListFromItemsCostsNoCall: after the newest page of 100 was
+// had, every variant it covers is answered by BlockListFromItems (what the
+// stream's poller can refresh variants with) without an upstream call,
+// equal to the upstream's answer; a variant beyond it, or with the head
+// page no longer current, is not (nil).
+func TestBlockListFromItemsCostsNoCall(t *testing.T) {
+	h := newHarness(t, noStale)
+	key := func(page, limit int) string {
+		return fmt.Sprintf("%s?chainShortName=CHAINX&page=%d&limit=%d", blockListPath, page, limit)
+	}
+	if r := h.get(key(1, 100)); r.code() != "0" {
+		t.Fatalf("the newest 100: %s", r.body)
+	}
+	before := h.blockListCalls()
+	for _, v := range [][2]int{{1, 5}, {1, 10}, {2, 20}, {4, 25}} {
+		e := h.p.BlockListFromItems("CHAINX", key(v[0], v[1]))
+		if e == nil || e.Source != cache.SourceBlocks {
+			t.Fatalf("page %d limit %d: not answered from the items", v[0], v[1])
+		}
+		var body []byte
+		e.WithIdentity(func(b []byte) error { body = bytes.Clone(b); return nil })
+		if d := jsonDiff(body, h.simGet(key(v[0], v[1]))); d != "" {
+			t.Errorf("page %d limit %d: %s", v[0], v[1], d)
+		}
+	}
+	if n := h.blockListCalls() - before - 4; n != 0 { // the 4 simGets
+		t.Errorf("%d upstream calls for variants the newest 100 covers", n)
+	}
+	if h.p.BlockListFromItems("CHAINX", key(3, 50)) != nil {
+		t.Error("a variant beyond the newest 100 answered from the items")
+	}
+	h.clock.Advance(1100 * time.Millisecond)
+	if h.p.BlockListFromItems("CHAINX", key(1, 7)) != nil {
+		t.Error("a variant answered from a head page no longer current")
+	}
+}
