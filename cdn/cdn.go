@@ -151,6 +151,13 @@ func (s *Sender) Pending() int {
 	return len(s.queue)
 }
 
+// Idle reports whether nothing is queued nor waiting to be sent again.
+func (s *Sender) Idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue) == 0 && len(s.resends) == 0
+}
+
 // idle is how often a sender with nothing to do looks at the lease and
 // the fleet's progress.
 const idle = 250 * time.Millisecond

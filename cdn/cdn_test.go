@@ -237,3 +237,73 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// fakeFleet is the fleet's side for a sender: a lease always held, a
+// cursor, and how far every live node has read the log, set by the test.
+type fakeFleet struct {
+	mu      sync.Mutex
+	cursor  int64
+	applied int64
+	asked   int // AppliedByAll calls
+}
+
+func (f *fakeFleet) HoldCDNLease(time.Duration) bool { return true }
+func (f *fakeFleet) CDNCursor() (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cursor, nil
+}
+func (f *fakeFleet) SetCDNCursor(seq int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cursor = max(f.cursor, seq)
+	return nil
+}
+func (f *fakeFleet) AppliedByAll() (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	return f.applied, nil
+}
+
+// TestFleetSendsOnlyWhatEveryNodeApplied: in a fleet a purge goes to the
+// CDN only once every live node has applied it (the CDN would refill from
+// a node still holding the answer), in the log's order whatever order the
+// records were queued in, and the cursor follows the acknowledgements.
+func TestFleetSendsOnlyWhatEveryNodeApplied(t *testing.T) {
+	cf, base := newCloudflare(t, 1000, 1000)
+	f := &fakeFleet{applied: 1}
+	m := metrics.New([]string{"r"}, nil, nil)
+	s, err := New(cloudflareConfig(base, 1000, 1000), Options{Metrics: m, Logger: slog.New(slog.DiscardHandler), Fleet: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, seq := range []int64{2, 1, 3} { // an own record before another node's, read later
+		s.Enqueue(Purge{Seq: seq, At: time.Now().UnixNano(), Tags: []string{"t" + strconv.FormatInt(seq, 10)}})
+	}
+	s.Enqueue(Purge{Seq: 2, Tags: []string{"t2"}}) // read again: queued once
+	testkit.WaitFor(t, "record 1 sent", func() bool { return len(cf.tags()) == 1 })
+	// Record 2 waits for every node: the sender asks again and again.
+	f.mu.Lock()
+	asked := f.asked
+	f.mu.Unlock()
+	testkit.WaitFor(t, "the sender to ask the fleet 5 more times", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.asked >= asked+5
+	})
+	if s.Pending() != 2 || len(cf.tags()) != 1 {
+		t.Fatalf("sent %v before every node applied record 2", cf.tags())
+	}
+	f.mu.Lock()
+	f.applied = 3
+	f.mu.Unlock()
+	testkit.WaitFor(t, "records 2 and 3 sent", func() bool { return s.Pending() == 0 })
+	if got := cf.tags(); !slices.Equal(got, []string{"t1", "t2", "t3"}) {
+		t.Fatalf("sent %v", got)
+	}
+	if c, _ := f.CDNCursor(); c != 3 {
+		t.Fatalf("cursor %d", c)
+	}
+}
