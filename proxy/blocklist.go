@@ -18,9 +18,10 @@ import (
 // feeds the chain's items (package blocks), and a block-list question
 // without a height is answered from them when they cover it. Otherwise
 // the largest page (limit=100, page 1: the newest 100 blocks) is asked,
-// once for every variant, and the question answered from what it showed.
-// A pinned list (head=H) is answered from items only: it is never sent
-// upstream.
+// once for every variant, and the question answered from what it showed
+// (Options.BlockPages; without it the question is asked as it is, and
+// only pinned pages and BlockListFromItems are assembled). A pinned list
+// (head=H) is answered from items only: it is never sent upstream.
 
 // itemsPage is the largest block-list page: one call shows 100 blocks.
 const itemsPage = 100
@@ -48,6 +49,9 @@ func (p *Proxy) fromBlocks(s *settings, f *upstream.Request) (a *loaded, done bo
 	if q.Head >= 0 {
 		a, err = p.pinned(s, f, &q)
 		return a, true, err
+	}
+	if !p.blockPages {
+		return nil, false, nil // asked as it is; its blocks join the items (observe)
 	}
 	pg, out := p.blocks.Assemble(p.blockAsk(s, f.Chain, &q))
 	switch out {

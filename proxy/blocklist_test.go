@@ -92,12 +92,13 @@ func blockListQuestions() [][2]int {
 // compared field by field, under each explorer-sim profile: at a frozen
 // head, and at heads that move between rounds. Those within the newest
 // 300 blocks are assembled from the blocks of the three limit=100 pages
-// (Source blocks, at most 3 calls a head); without block items each
-// would be a call of its own.
+// (Options.BlockPages; Source blocks, at most 3 calls a head); without
+// block items each would be a call of its own.
 func TestBlockListAssembledEqualsUpstream(t *testing.T) {
 	for _, profile := range []string{"today", "vendor", "every"} {
 		t.Run(profile, func(t *testing.T) {
-			h := newHarness(t, withProfile(profile), noStale)
+			h := newUpstream(t, nil, withProfile(profile), noStale)
+			h.startWith(func(o *Options) func() { o.BlockPages = true; return func() {} })
 			chain := "CHAINX"
 			questions := blockListQuestions()
 			for round := 0; round < 3; round++ {

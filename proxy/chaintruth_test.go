@@ -91,15 +91,14 @@ func blockListOf(t *testing.T, body []byte) (heights []int64, hashes []string) {
 }
 
 // TestReorgDeeperThanThePageIsProbedToItsFork: clients ask the 20 newest
-// blocks while the chain moves (the edge answers them from the newest
-// 100, proxy/blocklist.go); a reorganization of 141 blocks replaces every
-// row of that page. The edge asks further back until the hashes
+// blocks while the chain moves; a reorganization of 41 blocks replaces
+// every row of that page. The edge asks further back until the hashes
 // agree, counts the reorg once with its fork and depth, and no final
 // answer of the replaced branch is served again. On 6858c2c nothing below
 // the page was purged: the old branch's transaction lists stayed final
 // for a day.
 func TestReorgDeeperThanThePageIsProbedToItsFork(t *testing.T) {
-	const depth = 141
+	const depth = 41
 	h := newHarness(t)
 	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	tx := func(height int64) string {

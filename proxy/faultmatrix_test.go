@@ -103,10 +103,7 @@ func matrixTargets(s *sim.Server) map[string][numStates]string {
 			set[route] = v
 		}
 		add("position-list", fmt.Sprintf("/api/v5/chainx/token/position-list?chainShortName=CHAINX&tokenContractAddress=%s&limit=%d", tok, i+1))
-		// At a height: the newest-first pages' variants are answered from
-		// the blocks the others showed (proxy/blocklist.go), not each a
-		// key of its own the fault can reach.
-		add("block-list", fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=CHAINX&height=%d&limit=%d", height, i+1))
+		add("block-list", fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=CHAINX&limit=%d", i+1))
 		add("transaction-list", fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=CHAINX&height=%d&limit=%d", height, i+1))
 		add("transaction-multi", "/api/v5/chainx/tz/cross/transaction-multi?chainShortName=TRADE_ZONE&txId="+cross[2*i]+","+cross[2*i+1])
 		add("transaction-fills", "/api/v5/chainx/tz/cross/transaction-fills?chainShortName=TRADE_ZONE&txid="+cross[8+i])

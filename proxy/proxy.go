@@ -73,6 +73,9 @@ type Proxy struct {
 	// now is the clock of cache decisions; tests move it. nil = time.Now.
 	now func() time.Time
 	ops ops // what the operator sees: tracing, request ids, sampled logs, top keys, the configuration's record
+
+	// blockPages: Options.BlockPages.
+	blockPages bool
 	// cdn carries purges to the CDN (cdn.provider, cdn.go); nil: none.
 	cdn *cdn.Sender
 }
@@ -140,6 +143,13 @@ type Options struct {
 	// Relay shares the event stream's poll between the nodes (fleet.Redis);
 	// nil = this node polls alone.
 	Relay events.Relay
+	// BlockPages: a block-list question without a height is answered
+	// from the blocks held when they cover it, else from the pages of 100
+	// that hold it (blocklist.go), not asked as it is. Off: it is asked as
+	// it is (its blocks join the items); pinned pages are assembled either
+	// way. Off by default while the tests that count the upstream's calls
+	// by question move to it.
+	BlockPages bool
 }
 
 // New builds a proxy from a validated configuration.
@@ -159,7 +169,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.tiers.shared = o.Tier
 	}
 	p.truth = truth.New(s.chains)
-	p.blocks = blocks.New(s.chains)
+	p.blocks, p.blockPages = blocks.New(s.chains), o.BlockPages
 	if o.Disk != nil {
 		// This node's finalized heights, kept by the disk tier across a
 		// restart (docs/disk.md): settled answers are classed final
