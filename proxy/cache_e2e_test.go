@@ -25,7 +25,9 @@ func maxAge(r resp) int {
 func noStale(c *config.Config, _ *sim.Config) { c.Cache.StaleWhileRevalidate = config.PerClass{} }
 
 func TestFinalityAwareTTLs(t *testing.T) {
-	h := newHarness(t, noStale)
+	// A page down from a height (height-down) is what moves; the vendor's
+	// block at a height alone is final (TestBlockAtAHeightIsFinal).
+	h := newHarness(t, noStale, simProfile("vendor,height-down"))
 	list := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	if r := h.get(list); r.status != 200 || maxAge(r) > 1 {
 		t.Fatalf("newest block page: %d max-age %d, want head TTL", r.status, maxAge(r))

@@ -114,28 +114,28 @@ func (p *Proxy) search(chain string, t *upstream.Tenant) {
 // height (the blocks down from it, or the block at it alone:
 // docs/explorer-readings.md), and each shows 100 heights, so a
 // reorganization d blocks deep costs at most ceil(d/100)+1 calls. Each
-// round asks the page holding the height just below the lowest found
-// replaced (the head is read from the last page's newest block, as the
-// chain moves); chain truth says when the fork is found. A page that
+// round asks the page holding the nearest height below the lowest found
+// replaced whose hash was known before the reorganization showed
+// (truth.Open; the head is read from the last page's newest block, as
+// the chain moves); chain truth says when the fork is found. A page that
 // cannot be had within the budget after a few tries, or the end of what
 // the upstream keeps, ends the search with what is known (truth.GiveUp).
 func (p *Proxy) walk(chain string, t *upstream.Tenant) {
 	head, _, _ := p.truth.Head(chain)
-	lastPage, lastLow, short := 0, int64(-1), 0
+	lastPage, lastBelow, short := 0, int64(-1), 0
 	for calls := 0; calls < maxProbes; calls++ {
-		low, open := p.truth.Open(chain)
+		below, open := p.truth.Open(chain)
 		if !open || p.closing() {
 			return
 		}
-		below := low - 1
 		if below < 0 {
 			break
 		}
 		page := max(int((head-below)/probeLimit)+1, 1)
-		if low == lastLow && page <= lastPage && short == 0 {
+		if below == lastBelow && page <= lastPage && short == 0 {
 			page = lastPage + 1 // the page asked did not reach it: the next one does
 		}
-		lastPage, lastLow = page, low
+		lastPage, lastBelow = page, below
 		blocks, err := p.probe(chain, page, t)
 		if err != nil {
 			p.log.Warn("reorganization fork search: a page could not be asked; purged from the lowest height known replaced",

@@ -52,10 +52,12 @@ func TestDeterminism(t *testing.T) {
 	}
 }
 
-// TestHeadAdvances moves the injected clock by three intervals.
+// TestHeadAdvances moves the injected clock by three intervals. It reads
+// a page down from a height: today's reading of height (height-down).
 func TestHeadAdvances(t *testing.T) {
 	clk := newClock()
-	s := start(t, Config{Now: clk.Now, BlockInterval: 2 * time.Second})
+	today := MustProfile("today")
+	s := start(t, Config{Now: clk.Now, BlockInterval: 2 * time.Second, Profile: &today})
 	h0 := s.Head("CHAINX")
 	blockAt := func(h int64) map[string]any {
 		l := list(t, get(t, s, fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=CHAINX&height=%d&limit=1", h)).ok(t), "blockList")

@@ -10,7 +10,11 @@ import (
 
 // TestParamRules checks paging, limits and their error codes and statuses.
 func TestParamRules(t *testing.T) {
-	s, _ := startClocked(t)
+	// The rules as the sim always had them: a page down from a height
+	// (height-down), refusals with 400 (status-400); the vendor's
+	// readings are TestProfile*'s.
+	today := MustProfile("today")
+	s := start(t, Config{Now: newClock().Now, Profile: &today})
 	head := s.Head("CHAINX")
 	token := s.TokenContracts("CHAINX")[1]
 	cross := s.CrossHashes("TRADE_ZONE", 21)

@@ -49,10 +49,10 @@ type Profile struct {
 const UpdateMoveFor = 5 * time.Minute
 
 // DefaultProfile names the profile explorer-sim uses when none is asked
-// for (-profile, Config.Profile). It is today's reading of every point,
-// which the edge's fork search still needs; "vendor" is the documented
-// one, and switching to it is this one line.
-const DefaultProfile = "today"
+// for (-profile, Config.Profile): the vendor's documented readings, so
+// that make run and the tests face what the real explorer does; "today"
+// is the sim's old reading of every point (height-down among them).
+const DefaultProfile = "vendor"
 
 // reading is one named reading of one point.
 type reading struct {

@@ -56,20 +56,20 @@ func TestParseProfile(t *testing.T) {
 	}
 }
 
-// The default is today's reading of every point until the edge handles
-// the vendor's (the fork search needs height-down), and both Config and
-// the flag take it from DefaultProfile.
+// The default is the vendor's documented readings (the edge's fork
+// search walks pages that mean the same under either reading of height),
+// and both Config and the flag take it from DefaultProfile.
 func TestDefaultProfile(t *testing.T) {
-	if p := MustProfile(DefaultProfile); p != (Profile{}) {
-		t.Errorf("DefaultProfile %q reads %q, want today's", DefaultProfile, p)
+	if p := MustProfile(DefaultProfile); p != MustProfile("vendor") {
+		t.Errorf("DefaultProfile %q reads %q, want the vendor's", DefaultProfile, p)
 	}
 	s := New(Config{})
 	if s.Profile() != MustProfile(DefaultProfile) {
 		t.Errorf("Config{} serves %q, want DefaultProfile", s.Profile())
 	}
-	p := MustProfile("vendor")
+	p := MustProfile("today")
 	if s := New(Config{Profile: &p}); s.Profile() != p {
-		t.Errorf("Config.Profile vendor serves %q", s.Profile())
+		t.Errorf("Config.Profile today serves %q", s.Profile())
 	}
 }
 
@@ -335,8 +335,8 @@ func TestProfileAdmin(t *testing.T) {
 		t.Fatalf("GET /sim/profile: %d %v", status, v)
 	}
 	x := s.Head("CHAINX") - 10
-	if n := len(heights(t, get(t, s, blockListPath(x, "")))); n != 20 {
-		t.Fatalf("default profile: %d blocks from height %d, want 20", n, x)
+	if n := len(heights(t, get(t, s, blockListPath(x, "")))); n != 1 {
+		t.Fatalf("default profile (the vendor's, height-at): %d blocks from height %d, want 1", n, x)
 	}
 
 	status, v = adminDo(t, s, "POST", "/sim/profile", `{"profile":"vendor,cross-id-other"}`)

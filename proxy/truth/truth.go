@@ -116,13 +116,20 @@ type chainState struct {
 	name string
 	mu   sync.Mutex
 	ring [Recent]seen // hashes the upstream gave
-	head seen         // the newest head the upstream gave
+	// first is, per slot of ring, when its height was first seen (unix
+	// ns): a height first seen since a reorganization showed never held a
+	// hash of the replaced branch, so it cannot say where the fork is.
+	first [Recent]int64
+	head  seen // the newest head the upstream gave
 	// confirmed is the highest block height of the upstream's answers
 	// (or restored, Restore): what a read is measured against.
 	confirmed int64
 	read      seen // the newest head read from a tier and taken (Read)
 	open      *pending
-	final     atomic.Int64
+	// lastFork and lastAt are the fork and time of the last
+	// reorganization reported (replaced).
+	lastFork, lastAt int64
+	final            atomic.Int64
 	// depth is the configured finality depth (SetDepth; 0: none), source
 	// where the finalized height comes from (Source).
 	depth     atomic.Int64
@@ -273,7 +280,13 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 			continue
 		case r.height < b.Height || r.hash == "":
 			*r = seen{b.Height, b.Hash, asked, b.Done}
+			s.first[b.Height%Recent] = asked
 		case asked < r.asked: // an older answer: nothing new
+		case r.hash != b.Hash && s.replaced(b.Height, r.asked):
+			// A height the last reorganization replaced, seen again for
+			// the first time since: that one, already reported and
+			// purged, not another.
+			*r = seen{b.Height, b.Hash, asked, b.Done}
 		case r.hash != b.Hash:
 			if low < 0 || b.Height < low {
 				low, lowHash = b.Height, b.Hash
@@ -310,18 +323,19 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 		}
 		p.deep = p.deep || deep
 	}
-	// The fork is at p.low once the height below it is known to agree:
-	// this answer, asked since the reorganization showed, has that very
-	// height (had it changed, p.low would be lower), or it was never seen.
-	// An answer that merely reaches lower (one block at a height, a short
-	// page) has not looked there. Else the fork may be lower still: ask
-	// below.
-	looked := false
+	// The fork is at p.low once the nearest height below it whose hash
+	// was known before the reorganization showed is known to agree: this
+	// answer, asked since, has that very height (had it changed, p.low
+	// would be lower), or there is none (nothing to compare). Heights in
+	// between were never seen, or first seen since, with no hash of the
+	// replaced branch. An answer that merely reaches lower (one block at a
+	// height, a short page) has not looked there. Else the fork may be
+	// lower still: ask below.
+	kb, looked := s.knownBelow(p), false
 	for _, b := range blocks {
-		looked = looked || (asked >= p.at && b.Height == p.low-1 && b.Hash != "")
+		looked = looked || (asked >= p.at && b.Height == kb && b.Hash != "")
 	}
-	below := s.ring[(p.low-1+Recent)%Recent]
-	if !looked && p.low > 0 && below.height == p.low-1 && below.hash != "" {
+	if !looked && kb >= 0 {
 		s.open = p
 		if !lower {
 			return Verdict{} // nothing new
@@ -329,7 +343,7 @@ func (c *Chains) Observe(chain string, blocks []Block, asked int64, head bool) V
 		return Verdict{Partial: s.reorg(p), ProbeBelow: p.low - 1}
 	}
 	s.open = nil
-	return Verdict{Reorg: s.reorg(p)}
+	return Verdict{Reorg: s.reported(s.reorg(p))}
 }
 
 // TryConfirm reports whether the caller may ask the upstream now (unix
@@ -435,16 +449,17 @@ func (c *Chains) GiveUp(chain string) *Reorg {
 	if s.open == nil {
 		return nil
 	}
-	r := s.reorg(s.open)
+	r := s.reported(s.reorg(s.open))
 	s.open = nil
 	return r
 }
 
 // Open reports whether a reorganization's fork is still to be found on
-// chain, and the lowest height found replaced so far: the search asks
-// the upstream below it (proxy/reorg.go) until Observe finds the fork or
-// GiveUp ends it.
-func (c *Chains) Open(chain string) (low int64, open bool) {
+// chain, and the height an answer must show to find it: the nearest below
+// the lowest found replaced whose hash was known before the
+// reorganization showed. The search asks the upstream for it
+// (proxy/reorg.go) until Observe finds the fork or GiveUp ends it.
+func (c *Chains) Open(chain string) (below int64, open bool) {
 	s := c.by[chain]
 	if s == nil {
 		return 0, false
@@ -454,7 +469,31 @@ func (c *Chains) Open(chain string) (low int64, open bool) {
 	if s.open == nil {
 		return 0, false
 	}
-	return s.open.low, true
+	return s.knownBelow(s.open), true
+}
+
+// reported notes r as the last reorganization reported.
+func (s *chainState) reported(r *Reorg) *Reorg {
+	s.lastFork, s.lastAt = r.Fork, r.At
+	return r
+}
+
+// replaced reports whether height, whose hash was last set by an answer
+// asked at asked, lies in the last reorganization reported and was not
+// seen since it.
+func (s *chainState) replaced(height, asked int64) bool {
+	return s.lastAt > 0 && height >= s.lastFork && asked < s.lastAt
+}
+
+// knownBelow is the nearest height below p.low whose hash was known
+// before p showed (first seen before p.at), within Recent; -1: none.
+func (s *chainState) knownBelow(p *pending) int64 {
+	for h := p.low - 1; h >= 0 && h > p.low-Recent; h-- {
+		if r := s.ring[h%Recent]; r.height == h && r.hash != "" && s.first[h%Recent] < p.at {
+			return h
+		}
+	}
+	return -1
 }
 
 // Where a chain's finalized height comes from (Source).
