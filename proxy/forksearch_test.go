@@ -271,10 +271,11 @@ func TestSelfCheckLearnsTheHeightReading(t *testing.T) {
 }
 
 // TestBlockAtAHeightIsFinal: under the vendor's reading, block-list
-// height=X of a done block is one block on one page, final
-// (max-age=86400) and asked once; above the finalized height it is head.
-// Under height-down the same question is a page whose totalPage moves
-// with every block: head.
+// height=X of a done block is one block on one page, final for an hour
+// (max-age=3600); above the finalized height it is head, and so it is in
+// the older half of the upstream's window of 10000 blocks (it would leave
+// the window, and be refused, within the hour). Under height-down the
+// same question is a page whose totalPage moves with every block: head.
 func TestBlockAtAHeightIsFinal(t *testing.T) {
 	for profile, final := range map[string]bool{"height-at": true, "height-down": false} {
 		t.Run(profile, func(t *testing.T) {
@@ -283,12 +284,16 @@ func TestBlockAtAHeightIsFinal(t *testing.T) {
 			done := h.sim.FinalizedHeight("CHAINX")
 			at := fmt.Sprintf("%s&height=%d&limit=1", forkBlocks, done-3)
 			r := h.get(at)
-			if got := strings.Contains(r.header["Cache-Control"], "max-age=86400"); got != final {
+			if got := strings.Contains(r.header["Cache-Control"], "max-age=3600"); got != final {
 				t.Fatalf("block-list height=%d (done): %q, final %v, want %v", done-3, r.header["Cache-Control"], got, final)
 			}
 			pending := fmt.Sprintf("%s&height=%d", forkBlocks, h.sim.Head("CHAINX"))
-			if r := h.get(pending); strings.Contains(r.header["Cache-Control"], "max-age=86400") {
+			if r := h.get(pending); maxAge(r) != 1 {
 				t.Fatalf("the block at the head (pending): %q, want head", r.header["Cache-Control"])
+			}
+			old := fmt.Sprintf("%s&height=%d", forkBlocks, done-6000)
+			if r := h.get(old); r.status != 200 || maxAge(r) != 1 {
+				t.Fatalf("a done block 6000 below: %d %q, want head", r.status, r.header["Cache-Control"])
 			}
 		})
 	}

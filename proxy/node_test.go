@@ -27,8 +27,10 @@ func TestNodeServesReloadsAndCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(context.Background()) })
-	if calls := h.upstreamCalls(); calls != 1 {
-		t.Errorf("%d upstream calls before serving, want the self-check's 1", calls)
+	// The self-check's question and, once, the height reading
+	// (upstream/selfcheck.go: learnHeight).
+	if calls := h.upstreamCalls(); calls != 2 {
+		t.Errorf("%d upstream calls before serving, want the self-check's 2", calls)
 	}
 	if n.Fleet() != nil || n.Core() == nil || n.Cache() == nil || n.Metrics() == nil {
 		t.Fatalf("fleet %v, proxy %v, cache %v, metrics %v", n.Fleet(), n.Core(), n.Cache(), n.Metrics())

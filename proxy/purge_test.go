@@ -285,7 +285,8 @@ func TestPurgeByHash(t *testing.T) {
 }
 
 func TestPurgeByHeights(t *testing.T) {
-	h := newHarness(t, withPurgeToken)
+	// Pages down from a height (height-down): each holds ten heights.
+	h := newHarness(t, withPurgeToken, simProfile("vendor,height-down"))
 	f := h.sim.FinalizedHeight("CHAINX")
 	top := fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d&limit=10", f)    // f-9..f
 	low := fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d&limit=10", f-20) // f-29..f-20

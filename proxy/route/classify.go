@@ -30,6 +30,10 @@ type Question struct {
 
 func classifyVolatile(Question, []byte) cache.Class { return cache.Volatile }
 
+// blockListWindow is block-list's reachable window (Table's Window): the
+// newest blocks the upstream answers.
+const blockListWindow = 10000
+
 // classifyBlockList: a block list is head, but for the block at a height
 // alone. A page's totalPage and the reachable window (the newest 10000
 // blocks) move with every block, also for a page asked at a height under
@@ -41,8 +45,13 @@ func classifyVolatile(Question, []byte) cache.Class { return cache.Volatile }
 // the other reading only the window's lowest block answers so, and it
 // stays the same block. (Its blocks feed chain truth before it is
 // classified, and a reorganization purges it by its height: reorg.go.)
+// Only in the newest half of the reachable window: the upstream answers
+// only the newest 10000 blocks (blockListWindow), so a block below them
+// is refused, and the final lifetime of a block list (1 h, routes.go)
+// must end before its block leaves the window: 5000 blocks are at least
+// 83 minutes at a block a second.
 func classifyBlockList(q Question, body []byte) cache.Class {
-	if q.Height < 0 {
+	if q.Height < 0 || q.Height <= q.Final-blockListWindow/2 {
 		return cache.Head
 	}
 	if tp, _ := jsonparser.GetString(body, "data", "[0]", "totalPage"); tp != "1" {

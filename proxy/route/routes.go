@@ -135,8 +135,10 @@ var Table = [Count]Route{
 		},
 		Window:   10000,
 		Classify: classifyBlockList,
-		// Final: the block at a height alone, done (classifyBlockList).
-		ttl: cache.TTLs{Head: time.Second, Final: 24 * time.Hour},
+		// Final: the block at a height alone, done, in the newest half
+		// of the window, which it does not leave within the hour
+		// (classifyBlockList).
+		ttl: cache.TTLs{Head: time.Second, Final: time.Hour},
 	},
 	{
 		ID: TransactionList, Name: "transaction-list", Path: "/api/v5/chainx/block/transaction-list",
