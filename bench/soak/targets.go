@@ -707,7 +707,9 @@ func (g *generator) invalidTargets() []*target {
 		add(routeTxList, "50036", kv{"chainShortName", "eth"}, h)
 		add(routePosition, "50036", ch, kv{"tokenContractAddress", c.tokens[round%5][:20]})
 		add(routePosition, "50036", ch, tok, kv{"holderAddress", "0xzz" + strconv.Itoa(round)})
-		add(routePosition, "50036", ch, tok, kv{"limit", strconv.Itoa(51 + round)})
+		// (a limit of 51-100 goes upstream: upstream.position_list_max_limit
+		// is 100, and the upstream may refuse it, a cached refusal)
+		add(routePosition, "50036", ch, tok, kv{"limit", strconv.Itoa(101 + round)})
 		add(routePosition, "50036", ch, tok, kv{"page", strconv.Itoa(201 + round)}, kv{"limit", "50"})
 		add(routeMulti, "50036", ch, kv{"txId", cross[:40]})
 		add(routeMulti, "50036", ch, kv{"txId", cross + ",0xnothex" + strconv.Itoa(round)})
