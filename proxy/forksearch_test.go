@@ -103,6 +103,7 @@ func TestForkSearchFindsTheTrueFork(t *testing.T) {
 				if got := reorgLines(t, &logs); len(got) != 1 || got[0] != fork {
 					t.Fatalf("reorganizations logged with forks %v, want one at %d", got, fork)
 				}
+				t.Logf("the search spent %v calls (at most %v)", probes(), searchBound(depth))
 				if n, most := probes(), searchBound(depth); n > most {
 					t.Fatalf("the search spent %v calls on a reorganization %d deep, want at most %v", n, depth, most)
 				}
