@@ -140,7 +140,9 @@ func TestFleetEventsOnePoller(t *testing.T) {
 			next = i
 		}
 	}
-	if next < 0 || took > 5*time.Second {
+	// The bound tells a takeover after the lease (3 s) from none at all;
+	// it is generous for a loaded machine, not a measure of speed.
+	if next < 0 || took > 30*time.Second {
 		t.Fatalf("after node %d closed: the next poller %d, heads again after %v", leader, next, took)
 	}
 	advance(alive)
