@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -40,6 +41,11 @@ type Purge struct {
 	// (unix ns, the process's clock)
 	resend bool
 	due    int64
+	// local: in a fleet, a purge the fleet's log did not take (Redis
+	// unreachable): this node sends it itself (Enqueue).
+	local bool
+	// ats are the times of the records merged into this one (merge).
+	ats []int64
 }
 
 // Fleet is the fleet's side of sending (fleet.Redis): who sends, how far
@@ -69,6 +75,7 @@ type Sender struct {
 	mu      sync.Mutex
 	queue   []Purge // in order of the log
 	resends []Purge // sent once, due again at At+ResendAfter of their acknowledgement
+	local   []Purge // fleet mode: purges not in the log, and their resends
 	wake    chan struct{}
 	closed  chan struct{}
 	done    chan struct{}
@@ -118,6 +125,21 @@ func (s *Sender) Close() {
 // every purge of the log as it applies it; the lease holder sends them.
 func (s *Sender) Enqueue(p Purge) {
 	s.mu.Lock()
+	if s.fleet != nil && p.Seq == 0 {
+		// A purge the fleet's log refused (Redis unreachable, the
+		// operator told so by a 503): no other node will send it and
+		// there is no lease to hold, so this node sends it now, without
+		// waiting for the others, which were not told either (the CDN
+		// may refill from them until the operator's retry goes through
+		// the log). Not sending it would leave the CDN serving what the
+		// operator purged for as long as its lifetime, a day.
+		p.local = true
+		s.local = append(s.local, p)
+		s.m.CDN.Queue.Set(float64(len(s.queue) + len(s.local)))
+		s.mu.Unlock()
+		s.poke()
+		return
+	}
 	// In the log's order: a node's own purge is queued when it publishes
 	// it, the others' when it reads them, so a record can come after one
 	// numbered above it. A record is sent only once every live node, this
@@ -148,14 +170,20 @@ func (s *Sender) poke() {
 func (s *Sender) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.queue)
+	n := len(s.queue)
+	for _, p := range s.local {
+		if !p.resend {
+			n++
+		}
+	}
+	return n
 }
 
 // Idle reports whether nothing is queued nor waiting to be sent again.
 func (s *Sender) Idle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.queue) == 0 && len(s.resends) == 0
+	return len(s.queue) == 0 && len(s.resends) == 0 && len(s.local) == 0
 }
 
 // idle is how often a sender with nothing to do looks at the lease and
@@ -188,13 +216,21 @@ func (s *Sender) run() {
 
 // step sends what is due and says how long to wait for more.
 func (s *Sender) step() time.Duration {
+	localDue := idle
+	if s.fleet != nil {
+		i, wait := s.localHead()
+		if i >= 0 {
+			return s.sendLocal(i)
+		}
+		localDue = wait
+	}
 	if s.fleet != nil && !s.fleet.HoldCDNLease(s.cfg.Lease) {
 		s.trim() // another node sends: what it acknowledged leaves the queue
-		return idle
+		return min(idle, localDue)
 	}
-	next, due, ok := s.head()
+	next, n, due, ok := s.head()
 	if !ok {
-		return min(due, idle)
+		return min(due, idle, localDue)
 	}
 	if !s.send(next) {
 		return 0 // closed, or given up for now: the loop looks again
@@ -203,8 +239,8 @@ func (s *Sender) step() time.Duration {
 	if next.resend {
 		s.resends = s.resends[1:]
 	} else {
-		s.queue = s.queue[1:]
-		s.m.CDN.Queue.Set(float64(len(s.queue)))
+		s.queue = s.queue[n:]
+		s.m.CDN.Queue.Set(float64(len(s.queue) + len(s.local)))
 		if s.cfg.ResendAfter > 0 {
 			again := next
 			again.resend, again.due = true, time.Now().Add(s.cfg.ResendAfter).UnixNano()
@@ -220,37 +256,109 @@ func (s *Sender) step() time.Duration {
 	return 0
 }
 
-// head is the next purge to send: a resend that is due, else the first of
-// the queue once the fleet has applied it (and it is not behind the
-// cursor). Else due is how long until something may be.
-func (s *Sender) head() (Purge, time.Duration, bool) {
+// localHead is the index of the first local purge (or resend) due, or -1
+// and how long until one is.
+func (s *Sender) localHead() (int, time.Duration) {
 	now := time.Now().UnixNano()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	due := idle
+	wait := idle
+	for i, p := range s.local {
+		if p.due <= now {
+			return i, 0
+		}
+		wait = min(wait, time.Duration(p.due-now))
+	}
+	return -1, wait
+}
+
+// sendLocal sends the local purge at i (only step removes from local, so
+// i stays its place) and queues its resend.
+func (s *Sender) sendLocal(i int) time.Duration {
+	s.mu.Lock()
+	p := s.local[i]
+	s.mu.Unlock()
+	if !s.send(p) {
+		return 0
+	}
+	s.mu.Lock()
+	s.local = slices.Delete(s.local, i, i+1)
+	if !p.resend && s.cfg.ResendAfter > 0 {
+		p.resend, p.due = true, time.Now().Add(s.cfg.ResendAfter).UnixNano()
+		s.local = append(s.local, p)
+	}
+	s.m.CDN.Queue.Set(float64(len(s.queue) + len(s.local)))
+	s.mu.Unlock()
+	return 0
+}
+
+// head is the next purge to send: a resend that is due, else the first
+// records of the queue once the fleet has applied them (and they are not
+// behind the cursor), merged (merge): n of them. Else due is how long
+// until something may be.
+func (s *Sender) head() (p Purge, n int, due time.Duration, ok bool) {
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	due = idle
 	if len(s.resends) > 0 {
 		r := s.resends[0]
 		if r.due <= now {
-			return r, 0, true
+			return r, 0, 0, true
 		}
 		due = time.Duration(r.due - now)
 	}
 	if s.fleet != nil {
 		if !s.trimLocked() {
-			return Purge{}, due, false
+			return Purge{}, 0, due, false
 		}
 		if len(s.queue) == 0 {
-			return Purge{}, due, false
+			return Purge{}, 0, due, false
 		}
-		if applied, err := s.fleet.AppliedByAll(); err != nil || applied < s.queue[0].Seq {
-			return Purge{}, min(due, 50*time.Millisecond), false
+		applied, err := s.fleet.AppliedByAll()
+		if err != nil || applied < s.queue[0].Seq {
+			return Purge{}, 0, min(due, 50*time.Millisecond), false
 		}
-		return s.queue[0], 0, true
+		p, n = merge(s.queue, applied)
+		return p, n, 0, true
 	}
 	if len(s.queue) == 0 {
-		return Purge{}, due, false
+		return Purge{}, 0, due, false
 	}
-	return s.queue[0], 0, true
+	p, n = merge(s.queue, math.MaxInt64)
+	return p, n, 0, true
+}
+
+// merge is the first records of q that every live node has applied (seq
+// at most applied) and that are as soft as the first, as one purge: the
+// union of their tags in order, numbered as the last of them. Sending
+// them together is what sending each would have been, since each is
+// applied everywhere by now, and in the log's order. A node that sees a
+// reorganization purges it twice when the fork search runs (a partial
+// purge, then the whole), two records of the log naming the same tags:
+// merged, they are one request and its resend. (The other nodes, which
+// see the reorganization again, publish theirs later: see docs/cdn.md.)
+func merge(q []Purge, applied int64) (Purge, int) {
+	first := q[0]
+	n := 1
+	for n < len(q) && q[n].Seq <= applied && q[n].Soft == first.Soft {
+		n++
+	}
+	if n == 1 {
+		return first, 1
+	}
+	p := Purge{Seq: q[n-1].Seq, At: first.At, Soft: first.Soft}
+	seen := map[string]bool{}
+	for _, r := range q[:n] {
+		p.ats = append(p.ats, r.At)
+		for _, t := range r.Tags {
+			if !seen[t] {
+				seen[t] = true
+				p.Tags = append(p.Tags, t)
+			}
+		}
+	}
+	return p, n
 }
 
 // trim drops from the queue what the fleet's cursor says the CDN has
@@ -314,13 +422,19 @@ func (s *Sender) send(p Purge) bool {
 				return false
 			case <-time.After(wait):
 			}
-			if s.fleet != nil && !s.fleet.HoldCDNLease(s.cfg.Lease) {
+			if s.fleet != nil && !p.local && !s.fleet.HoldCDNLease(s.cfg.Lease) {
 				return false
 			}
 		}
 	}
 	if !p.resend {
-		s.m.CDN.Lag.Observe(s.now().Sub(time.Unix(0, p.At)).Seconds())
+		now := s.now()
+		if p.ats == nil {
+			s.m.CDN.Lag.Observe(now.Sub(time.Unix(0, p.At)).Seconds())
+		}
+		for _, at := range p.ats {
+			s.m.CDN.Lag.Observe(now.Sub(time.Unix(0, at)).Seconds())
+		}
 	}
 	return true
 }

@@ -72,8 +72,8 @@ type Purger struct {
 
 // OnApplied has f told of every purge this node has applied, its own
 // (after it was published to the fleet: seq is its record's number, 0 on
-// a single node) and, in fleet mode, the fleet's: the CDN's sender queues
-// them (package cdn).
+// a single node or when the fleet's log refused it) and, in fleet mode,
+// the fleet's: the CDN's sender queues them (package cdn).
 func (p *Purger) OnApplied(f func(sel *Selector, at, seq int64)) { p.applied.Store(&f) }
 
 func (p *Purger) tell(sel *Selector, at, seq int64) {
@@ -187,9 +187,9 @@ func (p *Purger) PurgeAt(sel *Selector, at int64) (Result, error) {
 	req, _ := json.Marshal(sel.req)
 	seq, found, err := p.fleet.PublishPurge(at, req, sel.sharedKeys(), sel.soft, p.o.Retain())
 	res.Redis, res.Seq, res.Fleet = found, seq, err == nil
-	if err == nil {
-		p.tell(sel, at, seq)
-	}
+	// Told even when the log refused it (seq 0): the CDN's sender then
+	// sends it from this node (docs/cdn.md).
+	p.tell(sel, at, seq)
 	return res, err
 }
 
