@@ -319,44 +319,54 @@ func (s *Sender) head() (p Purge, n int, due time.Duration, ok bool) {
 		if err != nil || applied < s.queue[0].Seq {
 			return Purge{}, 0, min(due, 50*time.Millisecond), false
 		}
-		p, n = merge(s.queue, applied)
+		p, n = merge(s.queue, applied, s.limit())
 		return p, n, 0, true
 	}
 	if len(s.queue) == 0 {
 		return Purge{}, 0, due, false
 	}
-	p, n = merge(s.queue, math.MaxInt64)
+	p, n = merge(s.queue, math.MaxInt64, s.limit())
 	return p, n, 0, true
 }
 
 // merge is the first records of q that every live node has applied (seq
-// at most applied) and that are as soft as the first, as one purge: the
-// union of their tags in order, numbered as the last of them. Sending
+// at most applied) and that are as soft as the first, as one purge of at
+// most limit tags (one request: a sender that dies mid-way leaves little
+// to send again): the union of their tags in order, numbered as the last
+// of them. Sending
 // them together is what sending each would have been, since each is
 // applied everywhere by now, and in the log's order. A node that sees a
 // reorganization purges it twice when the fork search runs (a partial
 // purge, then the whole), two records of the log naming the same tags:
 // merged, they are one request and its resend. (The other nodes, which
 // see the reorganization again, publish theirs later: see docs/cdn.md.)
-func merge(q []Purge, applied int64) (Purge, int) {
+func merge(q []Purge, applied int64, limit int) (Purge, int) {
 	first := q[0]
+	p := Purge{Seq: first.Seq, At: first.At, Soft: first.Soft, Tags: slices.Clone(first.Tags), ats: []int64{first.At}}
+	seen := map[string]bool{}
+	for _, t := range first.Tags {
+		seen[t] = true
+	}
 	n := 1
-	for n < len(q) && q[n].Seq <= applied && q[n].Soft == first.Soft {
-		n++
+	for ; n < len(q) && q[n].Seq <= applied && q[n].Soft == first.Soft; n++ {
+		var more []string
+		for _, t := range q[n].Tags {
+			if !seen[t] && !slices.Contains(more, t) {
+				more = append(more, t)
+			}
+		}
+		if len(p.Tags)+len(more) > limit {
+			break
+		}
+		for _, t := range more {
+			seen[t] = true
+		}
+		p.Tags = append(p.Tags, more...)
+		p.Seq = q[n].Seq
+		p.ats = append(p.ats, q[n].At)
 	}
 	if n == 1 {
 		return first, 1
-	}
-	p := Purge{Seq: q[n-1].Seq, At: first.At, Soft: first.Soft}
-	seen := map[string]bool{}
-	for _, r := range q[:n] {
-		p.ats = append(p.ats, r.At)
-		for _, t := range r.Tags {
-			if !seen[t] {
-				seen[t] = true
-				p.Tags = append(p.Tags, t)
-			}
-		}
 	}
 	return p, n
 }
@@ -388,10 +398,7 @@ func (s *Sender) trimLocked() bool {
 // send sends p in batches of the provider's limit until every batch is
 // acknowledged; false when the sender closed first or lost its lease.
 func (s *Sender) send(p Purge) bool {
-	limit := s.cfg.BatchTags
-	if limit <= 0 {
-		limit = s.p.maxTags()
-	}
+	limit := s.limit()
 	soft := p.Soft && s.cfg.Soft
 	for start := 0; start < len(p.Tags); start += limit {
 		batch := p.Tags[start:min(start+limit, len(p.Tags))]
@@ -437,6 +444,15 @@ func (s *Sender) send(p Purge) bool {
 		}
 	}
 	return true
+}
+
+// limit is the most tags of one request (cdn.batch_tags, else the
+// provider's).
+func (s *Sender) limit() int {
+	if s.cfg.BatchTags > 0 {
+		return s.cfg.BatchTags
+	}
+	return s.p.maxTags()
 }
 
 // ctx is a context ended by Close.
