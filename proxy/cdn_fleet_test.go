@@ -196,3 +196,63 @@ func TestCDNFleetHolderDies(t *testing.T) {
 	}
 	t.Logf("the holder sent %d of %d tags before it died; the other sent %d again and the remaining %d", len(before), len(want), len(before)-j, len(want)-len(before))
 }
+
+// tagsCDN records the tags of the purges POSTed to it, in order.
+type tagsCDN struct {
+	mu   sync.Mutex
+	tags []string
+}
+
+func (c *tagsCDN) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Tags []string `json:"tags"`
+	}
+	if json.NewDecoder(r.Body).Decode(&body) != nil {
+		rw.WriteHeader(400)
+		return
+	}
+	c.mu.Lock()
+	c.tags = append(c.tags, body.Tags...)
+	c.mu.Unlock()
+}
+
+func (c *tagsCDN) got() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.tags)
+}
+
+// TestCDNPurgeTheFleetRefused: an edge of a fleet cut off from Redis
+// answers an operator purge 503 (the fleet was not told) and still sends
+// it to the CDN itself, at once and again after cdn.resend_after, without
+// the lease it cannot take: left to the fleet's log, which never took it,
+// it would not reach the CDN at all.
+func TestCDNPurgeTheFleetRefused(t *testing.T) {
+	rdb := startRedis(t)
+	cut := newRedisCut(t, rdb.addr)
+	cdnAPI := &tagsCDN{}
+	srv := httptest.NewServer(cdnAPI)
+	defer srv.Close()
+	h := newUpstream(t, nil, withPurgeToken, func(c *config.Config, _ *sim.Config) {
+		c.Shared.Timeout = time.Second
+		c.CDN.TagHeader, c.CDN.Provider, c.CDN.Endpoints = "xkey", "webhook", []string{srv.URL}
+		c.CDN.ResendAfter, c.CDN.Rate, c.CDN.Burst = 50*time.Millisecond, 1000, 1000
+	})
+	h.cfg.Shared.RedisAddr = cut.addr()
+	e := startFleetEdge(h)
+	cut.cut()
+
+	sel := `{"url":"/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=1000"}`
+	if r := e.purgeAs("Bearer "+testPurgeToken, sel); r.status != 503 {
+		t.Fatalf("a purge with Redis cut off: %d %s, want 503 (the fleet was not told)", r.status, r.body)
+	}
+	s, err := purge.Parse([]byte(sel), e.p.settings.Load().chains)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := e.p.settings.Load().cdn.Tags.SelectorTags(s, func(string) int64 { return 0 }, 0)
+	testkit.WaitFor(t, "the purge sent and sent again", func() bool { return len(cdnAPI.got()) >= 2*len(tags) && e.p.cdn.Idle() })
+	if got := cdnAPI.got(); !slices.Equal(got, append(slices.Clone(tags), tags...)) {
+		t.Fatalf("the CDN got %v, want %v twice", got, tags)
+	}
+}
