@@ -95,9 +95,6 @@ func histogramP99(t *testing.T, hs ...interface{ Write(*dto.Metric) error }) (p9
 // the purge lag's p99 (cdn_purge_lag_seconds) and the purge requests
 // each reorganization cost (goal: at most 2, one and its resend).
 func TestCDNScenarioVarnishFleet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the CDN scenario runs two varnishd")
-	}
 	rdb := startRedis(t)
 	va, vb := freeAddr(t), freeAddr(t)
 	const resend = 300 * time.Millisecond
