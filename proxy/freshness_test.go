@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
+	"explorer-edge/config"
 	"fmt"
 	"net/http/httptest"
 	"strconv"
@@ -96,9 +97,9 @@ type oracle struct {
 	sim *sim.Server
 }
 
-func newOracle() *oracle {
+func newOracle(prof *sim.Profile) *oracle {
 	o := &oracle{}
-	o.sim = sim.New(sim.Config{Now: func() time.Time { return o.at }})
+	o.sim = sim.New(sim.Config{Now: func() time.Time { return o.at }, Profile: prof})
 	return o
 }
 
@@ -113,10 +114,36 @@ func (o *oracle) said(t testing.TB, target string, at time.Time) string {
 // the clock moves in multiples of it.
 const grain = 500 * time.Millisecond
 
+// TestDifferentialFreshness runs under each reading of the points the
+// vendor's documentation leaves open (docs/explorer-readings.md): the
+// sim's old readings, the vendor's, and every other one at once (blocks
+// without a state, so finality by depth; cross-chain ids other than the
+// hash asked; records whose updateTime moves; "no data" codes).
 func TestDifferentialFreshness(t *testing.T) {
-	h := newHarness(t)
-	o := newOracle()
-	defer o.sim.Close()
+	for _, prof := range []struct {
+		name  string
+		depth int64
+	}{{"today", 0}, {"vendor", 0}, {"every", 12}} {
+		t.Run(prof.name, func(t *testing.T) {
+			p := sim.MustProfile(prof.name)
+			h := newHarness(t, func(c *config.Config, s *sim.Config) {
+				s.Profile = &p
+				if prof.depth > 0 {
+					c.ChainFinalityDepth = map[string]int64{"CHAINX": prof.depth, "TRADE_ZONE": prof.depth}
+				}
+			})
+			o := newOracle(&p)
+			defer o.sim.Close()
+			// The profile set at the same chain time as the harness's sim
+			// (update-moves counts from then).
+			o.at = h.clock.Now()
+			o.sim.SetProfile(p)
+			differentialFreshness(t, h, o)
+		})
+	}
+}
+
+func differentialFreshness(t *testing.T, h *harness, o *oracle) {
 	const chain, other = "CHAINX", "TRADE_ZONE"
 	head := h.sim.Head(chain)
 	mined := h.sim.InternalTxHashes(chain, 3)
