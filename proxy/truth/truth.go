@@ -126,10 +126,12 @@ type chainState struct {
 	confirmed int64
 	read      seen // the newest head read from a tier and taken (Read)
 	open      *pending
-	// lastFork and lastAt are the fork and time of the last
-	// reorganization reported (replaced).
-	lastFork, lastAt int64
-	final            atomic.Int64
+	// reports are the forks and times of the last reorganizations
+	// reported here or learned from the fleet (Learn), newest at
+	// reports[next-1]: replaced.
+	reports [keptReports]report
+	next    int
+	final   atomic.Int64
 	// depth is the configured finality depth (SetDepth; 0: none), source
 	// where the finalized height comes from (Source).
 	depth     atomic.Int64
@@ -472,17 +474,61 @@ func (c *Chains) Open(chain string) (below int64, open bool) {
 	return s.knownBelow(s.open), true
 }
 
+// keptReports is how many reorganizations per chain replaced looks at:
+// the one this node reported and the fleet's reports of it (one a node)
+// with room to spare.
+const keptReports = 8
+
+// report is a reorganization reported or learned: every height from fork
+// up, as known before at (unix ns), was replaced.
+type report struct{ fork, at int64 }
+
 // reported notes r as the last reorganization reported.
 func (s *chainState) reported(r *Reorg) *Reorg {
-	s.lastFork, s.lastAt = r.Fork, r.At
+	s.note(r.Fork, r.At)
 	return r
 }
 
+func (s *chainState) note(fork, at int64) {
+	for i := range s.reports {
+		if k := &s.reports[i]; k.at == at && k.at > 0 {
+			k.fork = min(k.fork, fork) // the same one again: the lowest fork
+			return
+		}
+	}
+	s.reports[s.next%keptReports] = report{fork, at}
+	s.next++
+}
+
 // replaced reports whether height, whose hash was last set by an answer
-// asked at asked, lies in the last reorganization reported and was not
-// seen since it.
+// asked at asked, lies in a reorganization reported (or learned) and was
+// not seen since it. Overlapping reports cover their union: the lowest
+// fork of those found after the hash was set.
 func (s *chainState) replaced(height, asked int64) bool {
-	return s.lastAt > 0 && height >= s.lastFork && asked < s.lastAt
+	for _, k := range s.reports {
+		if k.at > 0 && height >= k.fork && asked < k.at {
+			return true
+		}
+	}
+	return false
+}
+
+// Learn takes a reorganization another node of the fleet reported (its
+// purge from the fleet's log, applied here): every height of chain from
+// fork up, as known before at (unix ns), was replaced and is purged. A
+// new hash this node then sees at such a height, in place of one it had
+// before at, is that reorganization, already reported and purged by the
+// fleet: it is taken silently (replaced), not reported again. It never
+// moves the head or the finalized height, and leaves a search already
+// open here alone (a reorganization this node found first, or another).
+func (c *Chains) Learn(chain string, fork, at int64) {
+	s := c.by[chain]
+	if s == nil || fork < 0 || at <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.note(fork, at)
 }
 
 // knownBelow is the nearest height below p.low whose hash was known

@@ -213,3 +213,48 @@ func TestTryConfirmOncePerInterval(t *testing.T) {
 		t.Fatal("a chain not served confirmed")
 	}
 }
+
+// TestLearnedReorgIsNotReportedAgain: a reorganization another node
+// reported (Learn, from its purge applied here) is taken silently when
+// this node sees the new branch: no Reorg, no Partial, the new hashes
+// kept; head and finalized height untouched by Learn. Of two learned
+// reports of one reorganization (the same time), the lowest fork covers.
+// A height seen since the learned time that changes is a new one.
+func TestLearnedReorgIsNotReportedAgain(t *testing.T) {
+	c := New([]string{"X"})
+	c.Observe("X", list(100, 20, "main", never, 85), 1, true)
+	c.Learn("X", 97, 5)
+	c.Learn("X", 95, 5) // the same one, a lower fork: kept
+	c.Learn("NOPE", 95, 5)
+	if h, hash, _ := c.Head("X"); h != 100 || hash != branch("main", 100) || c.Final("X") != 85 {
+		t.Fatalf("Learn moved the head or the finalized height: %d %s final %d", h, hash, c.Final("X"))
+	}
+	if v := c.Observe("X", list(100, 20, "b", 95, 85), 6, true); v.Reorg != nil || v.Partial != nil {
+		t.Fatalf("the learned reorganization seen here: %+v %+v, want nothing new", v.Reorg, v.Partial)
+	}
+	if h := c.Hash("X", 95); h != branch("b", 95) {
+		t.Fatalf("hash at 95 %q, want the new branch's", h)
+	}
+	if h, hash, _ := c.Head("X"); h != 100 || hash != branch("b", 100) {
+		t.Fatalf("head %d %s, want the new branch's 100", h, hash)
+	}
+	// Seen since: a change now is another reorganization.
+	again := list(100, 20, "b", 95, 85)
+	for i := range again {
+		if again[i].Height >= 98 {
+			again[i].Hash = branch("c", again[i].Height)
+		}
+	}
+	if v := c.Observe("X", again, 7, true); v.Reorg == nil || v.Reorg.Fork != 98 {
+		t.Fatalf("a change after the learned one: %+v, want a reorganization from 98", v.Reorg)
+	}
+	// A learned report covers only what was known before its time: a
+	// height refreshed after it that changes is reported.
+	d := New([]string{"X"})
+	d.Observe("X", list(100, 20, "main", never, 85), 1, true)
+	d.Learn("X", 95, 2)
+	d.Observe("X", list(100, 20, "main", never, 85), 3, true)
+	if v := d.Observe("X", list(100, 20, "b", 95, 85), 4, true); v.Reorg == nil || v.Reorg.Fork != 95 {
+		t.Fatalf("heights refreshed after the learned time then changed: %+v, want a reorganization from 95", v.Reorg)
+	}
+}
