@@ -550,7 +550,7 @@ const (
 	adviceHeightAt = "the edge's fork search reads the newest-first pages rather than counting on height=X to list the blocks below X; nothing to set"
 	adviceHeightDn = "the edge's fork search can ask height=X&limit=100 for the 100 blocks from X down; nothing to set"
 	adviceStateOK  = "finality comes from state done: an answer at or below the highest done block is final, cached long and kept on disk; nothing to set"
-	adviceStateNo  = "blocks carry no state: set the chains' finality depth (finality by depth), else the finalized height never rises, nothing is final and the disk tier stays empty"
+	adviceStateNo  = "blocks carry no state: set chain_finality_depth for the chain (finality by depth), else the finalized height never rises, nothing is final and the disk tier stays empty"
 )
 
 // height asks height=top-10&limit=5 and names the reading; it returns the
@@ -632,17 +632,13 @@ func (r *run) state(head, deep []block) {
 		f.Reading, f.Advice, f.Severity = "state-pending-done", adviceStateOK, OK
 	case count(deep, "pending") > 0:
 		f.Reading, f.Severity = "state-pending-deep", Warn
-		f.Advice = "blocks 10 deep are still pending: finality from done lags the head by more than 10 blocks, so fewer answers are final; a finality depth for the chains would make them final sooner"
+		f.Advice = "blocks 10 deep are still pending: finality from done lags the head by more than 10 blocks, so fewer answers are final; a chain_finality_depth for the chain would make them final sooner"
 	default:
 		f.Reading, f.Severity = "unknown", Warn
-		f.Advice = "states other than pending, done or empty: finality comes only from done; set the chains' finality depth if no block is ever done"
+		f.Advice = "states other than pending, done or empty: finality comes only from done; set chain_finality_depth for the chain if no block is ever done"
 	}
 	r.add(f)
 }
-
-// noDataCodes are the vendor's "no data" codes: a deterministic answer
-// the edge caches like an empty list (proxy/envelope's negative class).
-var noDataCodes = map[string]bool{"50037": true, "50038": true, "50040": true, "50044": true}
 
 // noData asks a height far above the head.
 func (r *run) noData(ctx context.Context, a *account, base string, top int64) {
@@ -663,7 +659,7 @@ func (r *run) noData(ctx context.Context, a *account, base string, top int64) {
 			f.Evidence += ", blocks " + heights(bs)
 			f.Advice = "a height above the head answered blocks: see the height point"
 		}
-	case ans.err == nil && noDataCodes[ans.code]:
+	case ans.err == nil && envelope.NoData(ans.status, ans.code): // the edge's own table (envelope.ClassOf)
 		f.Reading, f.Severity = "nodata-code", Info
 		f.Advice = "a \"no data\" code: the edge caches it like an empty answer for the route's negative time, so asking again costs no call; nothing to set"
 	case ans.err == nil && envelope.RefusedQuestion(ans.status, ans.code):
