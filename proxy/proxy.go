@@ -206,6 +206,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		return &query{Params: route.Params{Key: make([]byte, 0, 256)}, scratch: make([]byte, 0, 128)}
 	}
 	if o.Fleet != nil {
+		p.purges.OnFleetReorg(p.learnReorg) // reorg.go: one report a reorganization, fleet-wide
 		p.purges.Join(o.Fleet)
 	}
 	if err := p.startCDN(cfg, o.Fleet); err != nil {

@@ -263,6 +263,17 @@ func (p *Proxy) reorganized(r *truth.Reorg) {
 	p.log.Error("chain reorganized below its finalized height: the upstream was wrong about finality; final answers purged too", attrs...)
 }
 
+// learnReorg takes a reorganization another node reported, whose purge
+// this node has just applied from the fleet's log: chain truth learns it
+// as reported, so this node, seeing the new branch's hashes later, takes
+// them silently (no count, no event, no purge record of its own: a second
+// record meant a second CDN purge); and the blocks it held from fork up,
+// of the replaced branch, are forgotten as reorganized would have.
+func (p *Proxy) learnReorg(chain string, fork, at int64) {
+	p.truth.Learn(chain, fork, at)
+	p.blocks.Drop(chain, fork)
+}
+
 // purgeReplaced purges, hard, what r replaced, on this node and (fleet
 // mode) through the fleet's purge log: every answer holding a height from
 // r.Fork up that is older than the answer that showed r. Hard, whatever

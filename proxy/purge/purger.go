@@ -3,6 +3,7 @@ package purge
 import (
 	"encoding/json"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,19 @@ type Purger struct {
 	// applied is told of every purge once this node has applied it
 	// (OnApplied): the CDN's sender.
 	applied atomic.Pointer[func(sel *Selector, at, seq int64)]
+	// reorg is told of every reorganization purge of another node this
+	// node has applied (OnFleetReorg): chain truth.
+	reorg atomic.Pointer[func(chain string, fork, at int64)]
 }
+
+// OnFleetReorg has f told of every reorganization purge (Replaced) of
+// another node this node applies from the fleet's log: chain truth takes
+// it as reported (truth.Chains.Learn), so this node, seeing the new
+// branch later, does not report and purge it again (one reorganization,
+// one record of the fleet's log, one CDN purge). Any hard heights purge
+// from a height to the top (math.MaxInt64) has that shape: an operator's
+// too, which purged the same answers.
+func (p *Purger) OnFleetReorg(f func(chain string, fork, at int64)) { p.reorg.Store(&f) }
 
 // OnApplied has f told of every purge this node has applied, its own
 // (after it was published to the fleet: seq is its record's number, 0 on
@@ -310,6 +323,9 @@ func (p *Purger) fleetPurge(seq, at int64, request []byte, live bool) {
 	n := p.Memory(sel, now)
 	d, _ := p.Disk(sel) // an error is logged there
 	p.tell(sel, at, seq)
+	if f := p.reorg.Load(); f != nil && sel.kind == kindHeights && !sel.soft && sel.to == math.MaxInt64 && sel.classes == 0 {
+		(*f)(sel.req.Heights.Chain, sel.from, at)
+	}
 	p.m.Purges.WithLabelValues(sel.kind.String(), sel.Mode()).Inc()
 	p.logger.Info("purge from the fleet", "selector", sel.kind.String(), "value", sel.Describe(), "mode", sel.Mode(),
 		"memory", n, "disk", d, "lag", now.Sub(time.Unix(0, at)).String())
