@@ -16,7 +16,7 @@ import (
 	"explorer-edge/sim"
 )
 
-// TestFleetReorgReportedOnce (issues 41 and 38): in a fleet of two on
+// TestFleetReorgReportedOnce: in a fleet of two on
 // redis-server, a reorganization seen by node A (its fork search to the
 // end, its purge applied by node B) and then by node B (the newest page,
 // the new branch's hashes where B held the old ones) is counted once in
