@@ -328,6 +328,14 @@ type Cache struct {
 	// still change, and is cached as head (short). 0 = a record with a
 	// status is final at once, whatever its updateTime.
 	CrossChainSettle time.Duration `koanf:"cross_chain_settle"`
+	// BlockPages answers a block-list question without a height from the
+	// blocks the edge holds (docs/frontends.md), else from the one page
+	// of the newest 100 blocks that holds it, asked once for every
+	// variant: limit=5, 10, 20 and page=2 of one head cost one upstream
+	// call, and the stream refreshes its variants with one call a block.
+	// false: each such question is asked as it is (pinned pages, head=,
+	// are assembled either way). Default true.
+	BlockPages bool `koanf:"block_pages"`
 	// Policy is "finality" (TTL by how settled each answer is) or "route"
 	// (one TTL per route: the shortest of its classes), for comparison.
 	Policy string `koanf:"policy"`
@@ -457,6 +465,7 @@ func Default() Config {
 			// Twice the longest the vendor's records were seen to move
 			// after their status (explorer-sim's update-moves: 5 minutes).
 			CrossChainSettle: 10 * time.Minute,
+			BlockPages:       true,
 			Policy:           "finality",
 			TTL:              map[string]PerClass{},
 		},

@@ -87,6 +87,7 @@ var reloadRules = map[string]bool{
 	"cache.stale_if_error":                  true,
 	"cache.batch_window":                    true,
 	"cache.cross_chain_settle":              true,
+	"cache.block_pages":                     true,
 	"cache.policy":                          true,
 	"cache.ttl":                             true,
 

@@ -19,8 +19,8 @@ import (
 // without a height is answered from them when they cover it. Otherwise
 // the largest page (limit=100, page 1: the newest 100 blocks) is asked,
 // once for every variant, and the question answered from what it showed
-// (Options.BlockPages; without it the question is asked as it is, and
-// only pinned pages and BlockListFromItems are assembled). A pinned list
+// (cache.block_pages; off, the question is asked as it is, and only
+// pinned pages are assembled). A pinned list
 // (head=H) is answered from items only: it is never sent upstream.
 
 // itemsPage is the largest block-list page: one call shows 100 blocks.
@@ -50,7 +50,7 @@ func (p *Proxy) fromBlocks(s *settings, f *upstream.Request) (a *loaded, done bo
 		a, err = p.pinned(s, f, &q)
 		return a, true, err
 	}
-	if !p.blockPages {
+	if !s.cfg.Cache.BlockPages {
 		return nil, false, nil // asked as it is; its blocks join the items (observe)
 	}
 	pg, out := p.blocks.Assemble(p.blockAsk(s, f.Chain, &q))
@@ -74,8 +74,9 @@ func (p *Proxy) fromBlocks(s *settings, f *upstream.Request) (a *loaded, done bo
 		l, items, err := p.loadItems(s, f, 1)
 		if err != nil || (!items && l != nil && l.entry == nil) {
 			// A failure, or the upstream's envelope of another code:
-			// the question's own answer would be the same.
-			return l, true, err
+			// the question's own answer would be the same. Never the
+			// page of 100's stale copy: fill gives the question's own.
+			return notStale(l), true, err
 		}
 		if !items {
 			return nil, false, nil
@@ -90,6 +91,17 @@ func (p *Proxy) fromBlocks(s *settings, f *upstream.Request) (a *loaded, done bo
 		return p.storeBlocks(s, f, &q, pg, took+t), true, nil
 	}
 	return nil, false, nil
+}
+
+// notStale is l without the stale copy its flight carried: a copy of
+// the page of 100 it asked, never the answer to another question.
+func notStale(l *loaded) *loaded {
+	if l == nil || l.stale == nil {
+		return l
+	}
+	c := *l
+	c.stale = nil
+	return &c
 }
 
 // cover asks the pages of 100 of chain's newest blocks that hold q's
@@ -181,7 +193,7 @@ func (p *Proxy) pinned(s *settings, f *upstream.Request, q *route.Params) (*load
 	if at == 0 || ask.Now-at >= ask.Fresh || out == blocks.AboveHead {
 		l, _, err := p.loadItems(s, f, 1)
 		if err != nil {
-			return l, err
+			return notStale(l), err
 		}
 		if l != nil {
 			took = l.upstream

@@ -92,13 +92,13 @@ func blockListQuestions() [][2]int {
 // compared field by field, under each explorer-sim profile: at a frozen
 // head, and at heads that move between rounds. Those within the newest
 // 300 blocks are assembled from the blocks of the three limit=100 pages
-// (Options.BlockPages; Source blocks, at most 3 calls a head); without
+// (cache.block_pages; Source blocks, at most 3 calls a head); without
 // block items each would be a call of its own.
 func TestBlockListAssembledEqualsUpstream(t *testing.T) {
 	for _, profile := range []string{"today", "vendor", "every"} {
 		t.Run(profile, func(t *testing.T) {
 			h := newUpstream(t, nil, withProfile(profile), noStale)
-			h.startWith(func(o *Options) func() { o.BlockPages = true; return func() {} })
+			h.start()
 			chain := "CHAINX"
 			questions := blockListQuestions()
 			for round := 0; round < 3; round++ {
@@ -325,14 +325,16 @@ func TestBlockListPinRefusedNamingHead(t *testing.T) {
 
 	pinned := fmt.Sprintf("%s?chainShortName=CHAINX&head=%d&page=2&limit=20", blockListPath, top)
 	r := h.get(pinned)
-	if r.status != 200 || !strings.HasPrefix(r.header["Cache-Control"], "public, max-age=86400,") {
-		t.Errorf("a pinned page of settled blocks: %d %q, want final (max-age=86400)", r.status, r.header["Cache-Control"])
+	// Final: block-list's final lifetime (1 h: a block leaves the
+	// upstream's window after 10000 blocks), immutable.
+	if cc := r.header["Cache-Control"]; r.status != 200 || !strings.HasPrefix(cc, "public, max-age=3600,") || !strings.Contains(cc, "immutable") {
+		t.Errorf("a pinned page of settled blocks: %d %q, want final (max-age=3600, immutable)", r.status, cc)
 	}
 	// 10100 blocks later the pin's heights are below the upstream's
 	// window: its page 2 is still answered (held), its page 6 (never
 	// held) is refused naming head.
 	h.clock.Advance(10100 * time.Second)
-	h.cache.Del(pinned) // the answer kept a day: asked again from the items
+	h.cache.Del(pinned) // the answer kept final: asked again from the items
 	if r := h.get(pinned); r.status != 200 || !reflect.DeepEqual(heightsOf(t, r.body)[0], top-20) {
 		t.Errorf("page 2 of an old pin whose blocks are held: %d %s", r.status, r.body)
 	}

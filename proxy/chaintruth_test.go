@@ -99,7 +99,10 @@ func blockListOf(t *testing.T, body []byte) (heights []int64, hashes []string) {
 // for a day.
 func TestReorgDeeperThanThePageIsProbedToItsFork(t *testing.T) {
 	const depth = 41
-	h := newHarness(t)
+	// The default page (20) asked as it is (cache.block_pages off): with
+	// it on, the page of 100 holds a 41-block reorganization's fork
+	// (TestForkSearchFindsTheTrueFork has one deeper than 100).
+	h := newHarness(t, withBlockPagesOff)
 	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	tx := func(height int64) string {
 		return fmt.Sprintf("/api/v5/chainx/block/transaction-list?chainShortName=chainx&height=%d", height)

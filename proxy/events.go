@@ -45,6 +45,19 @@ func (c eventsCore) Poll(chain, key string, background bool) *cache.Entry {
 
 func (c eventsCore) Cached(key string) *cache.Entry { return c.p.cache.GetString(key) }
 
+// ItemsKey is chain's page of its newest 100 blocks while block-list
+// questions are answered from the blocks held (cache.block_pages).
+func (c eventsCore) ItemsKey(chain string) string {
+	if !c.p.settings.Load().cfg.Cache.BlockPages {
+		return ""
+	}
+	return itemsKey(chain, 1)
+}
+
+func (c eventsCore) FromItems(chain, key string) *cache.Entry {
+	return c.p.BlockListFromItems(chain, key)
+}
+
 // Warm copies key from the shared tier into memory, as a miss that found
 // it there would: checked, and judged by chain truth (believe). A page
 // showing a head this node has not confirmed from the upstream is not

@@ -23,13 +23,14 @@ import (
 // test's clock.
 
 // chainCalls counts the upstream calls of chain's newest pages: the
-// default one (limit=20) and the others.
+// default one (limit=20) or the page of 100 polled instead
+// (cache.block_pages), and the others.
 func chainCalls(h *harness, chain string) (def, variants int) {
 	for _, target := range h.rec.all() {
 		if !strings.Contains(target, "/block/block-list?chainShortName="+chain) || strings.Contains(target, "height=") {
 			continue
 		}
-		if strings.Contains(target, "limit=20") {
+		if strings.Contains(target, "limit=20") || strings.Contains(target, "limit=100") {
 			def++
 		} else {
 			variants++
@@ -129,7 +130,10 @@ func TestEventsChurnPollsAtItsPace(t *testing.T) {
 // are refreshed per head and chain (the worst case docs/stream.md states:
 // 1 + stream.variants calls per block and chain).
 func TestEventsVariantsChosenByClients(t *testing.T) {
-	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) { c.Stream.Variants = 4 })
+	// cache.block_pages off: each variant refreshed costs a call, which
+	// is what the choice bounds (on, they cost none:
+	// TestEventsVariantsOneCallPerBlock).
+	h := newHarness(t, withStream, withBlockPagesOff, func(c *config.Config, _ *sim.Config) { c.Stream.Variants = 4 })
 	s := openStream(t, h.addr, "/edge/v1/events?chains=CHAINX,TRADE_ZONE")
 	heads := map[string]int64{}
 	next := func() {
@@ -244,7 +248,8 @@ func TestEventsURLTooLong(t *testing.T) {
 // the variant, refreshed with each head.
 func TestEventsVariantsOfVerifiedClients(t *testing.T) {
 	names := []string{"a", "b", "c"}
-	h := newHarness(t, withStream, func(c *config.Config, _ *sim.Config) {
+	// cache.block_pages off: a variant refreshed costs a call of its own.
+	h := newHarness(t, withStream, withBlockPagesOff, func(c *config.Config, _ *sim.Config) {
 		c.Auth.Mode = "signed"
 		for _, n := range names {
 			c.Auth.Clients = append(c.Auth.Clients, config.Client{Name: n, APIKey: "key-" + n, SecretKey: "secret-" + n, Passphrase: "pass-" + n})

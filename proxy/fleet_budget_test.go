@@ -112,7 +112,8 @@ func TestFleetBudgetHoldsWhileRedisFlaps(t *testing.T) {
 // it, counts it, and answers right.
 func TestFleetDistrustsWhatRedisHolds(t *testing.T) {
 	rdb := startRedis(t)
-	h, edges := newFleet(t, rdb, 2, func(c *config.Config, _ *sim.Config) { c.Shared.LockWait = 4 * time.Second })
+	// withBlockPagesOff: each question its own miss, as the cases count.
+	h, edges := newFleet(t, rdb, 2, withBlockPagesOff, func(c *config.Config, _ *sim.Config) { c.Shared.LockWait = 4 * time.Second })
 	a, b := edges[0], edges[1]
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{rdb.addr}, DisableCache: true, ForceSingleClient: true})
 	if err != nil {

@@ -447,7 +447,7 @@ func TestFleetSharesOneUpstreamBudget(t *testing.T) {
 
 func TestFleetGoesOnAloneWhileRedisIsDown(t *testing.T) {
 	rdb := startRedis(t)
-	h, edges := newFleet(t, rdb, 2)
+	h, edges := newFleet(t, rdb, 2, withBlockPagesOff) // a miss per question, as it counts
 	confirmHeads(t, "CHAINX", edges...)
 	a, b := edges[0], edges[1]
 	page := 0
@@ -511,7 +511,7 @@ func TestFleetGoesOnAloneWhileRedisIsDown(t *testing.T) {
 
 func TestFleetEntryOfUnknownVersionIsAMiss(t *testing.T) {
 	rdb := startRedis(t)
-	h, edges := newFleet(t, rdb, 2)
+	h, edges := newFleet(t, rdb, 2, withBlockPagesOff) // each question its own entry in Redis
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=40"
 	want := edges[0].get(target)
 	if want.status != 200 {

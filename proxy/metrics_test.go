@@ -356,6 +356,8 @@ func TestMetricsSeriesBounded(t *testing.T) {
 // TestReadyz: not ready while draining, or while the breaker is open and the
 // cache holds nothing to serve; /healthz stays ok throughout.
 func TestReadyz(t *testing.T) {
+	// withBlockPagesOff: each limit asked opens the breaker by its own
+	// call, not answered from a page of 100 held.
 	failing := func(c *config.Config, s *sim.Config) {
 		c.Upstream.BreakerFailures = 2
 		c.Upstream.Retries = 0
@@ -391,14 +393,14 @@ func TestReadyz(t *testing.T) {
 		check(t, admin, 200, "ok")
 	})
 	t.Run("breaker open, cache empty", func(t *testing.T) {
-		h := newHarness(t, failing)
+		h := newHarness(t, failing, withBlockPagesOff)
 		admin := h.serveAdmin()
 		check(t, admin, 200, "ok")
 		openBreaker(t, h)
 		check(t, admin, 503, "breaker open")
 	})
 	t.Run("breaker open, cache usable", func(t *testing.T) {
-		h := newHarness(t, failing)
+		h := newHarness(t, failing, withBlockPagesOff)
 		admin := h.serveAdmin()
 		if r := h.get("/api/v5/chainx/block/block-list?chainShortName=chainx"); r.status != 200 {
 			t.Fatalf("fill: %d", r.status)

@@ -74,8 +74,6 @@ type Proxy struct {
 	now func() time.Time
 	ops ops // what the operator sees: tracing, request ids, sampled logs, top keys, the configuration's record
 
-	// blockPages: Options.BlockPages.
-	blockPages bool
 	// cdn carries purges to the CDN (cdn.provider, cdn.go); nil: none.
 	cdn *cdn.Sender
 }
@@ -130,7 +128,7 @@ type Options struct {
 	// DiskOff says why Disk is nil although cache.disk_path is set: its
 	// file could not be opened (node.Parts.DiskOff). "" = not off.
 	DiskOff string
-	Tier Tier // nil = single node
+	Tier    Tier // nil = single node
 	// Fleet carries purges between the nodes (fleet.Redis, the Tier's
 	// Redis); nil = purges stay on this node.
 	Fleet  purge.Fleet
@@ -143,13 +141,6 @@ type Options struct {
 	// Relay shares the event stream's poll between the nodes (fleet.Redis);
 	// nil = this node polls alone.
 	Relay events.Relay
-	// BlockPages: a block-list question without a height is answered
-	// from the blocks held when they cover it, else from the pages of 100
-	// that hold it (blocklist.go), not asked as it is. Off: it is asked as
-	// it is (its blocks join the items); pinned pages are assembled either
-	// way. Off by default while the tests that count the upstream's calls
-	// by question move to it.
-	BlockPages bool
 }
 
 // New builds a proxy from a validated configuration.
@@ -169,7 +160,7 @@ func New(cfg config.Config, o Options) (*Proxy, error) {
 		p.tiers.shared = o.Tier
 	}
 	p.truth = truth.New(s.chains)
-	p.blocks, p.blockPages = blocks.New(s.chains), o.BlockPages
+	p.blocks = blocks.New(s.chains)
 	if o.Disk != nil {
 		// This node's finalized heights, kept by the disk tier across a
 		// restart (docs/disk.md): settled answers are classed final
@@ -657,6 +648,12 @@ func (p *Proxy) fill(s *settings, f *upstream.Request) (*loaded, error) {
 	if f.Route.ID == route.BlockList && !f.Poll {
 		if a, done, err := p.fromBlocks(s, f); done {
 			if err == nil {
+				if a != nil && a.entry == nil {
+					// The upstream's envelope of another code for the page
+					// of 100: the question's own copy stands in, as for
+					// its own call (never the page of 100's: notStale).
+					a.stale = stale.e
+				}
 				return a, nil
 			}
 			if !stale.unconfirmed && stale.e.UsableOnError(p.clock().UnixNano()) {

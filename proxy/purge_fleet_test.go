@@ -67,7 +67,7 @@ func TestFleetPurgeReachesEveryNode(t *testing.T) {
 	for _, soft := range []bool{false, true} {
 		t.Run(fmt.Sprintf("soft=%v", soft), func(t *testing.T) {
 			rdb := startRedis(t)
-			h, edges := newFleet(t, rdb, 3, withPurgeToken)
+			h, edges := newFleet(t, rdb, 3, withPurgeToken, withBlockPagesOff)
 			target := finalTarget(h, 3)
 			height := h.sim.FinalizedHeight("CHAINX") - 3
 			warmAll(t, target, edges...)

@@ -143,7 +143,7 @@ func TestPurgeIsOffWithoutAToken(t *testing.T) {
 }
 
 func TestPurgeNeedsTheToken(t *testing.T) {
-	h := newHarness(t, withPurgeToken)
+	h := newHarness(t, withPurgeToken, withBlockPagesOff)
 	var logs testkit.LogBuffer
 	h.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	h.start()
@@ -215,7 +215,7 @@ func TestPurgeRefusesBadSelectors(t *testing.T) {
 }
 
 func TestPurgeByURL(t *testing.T) {
-	h := newHarness(t, withPurgeToken)
+	h := newHarness(t, withPurgeToken, withBlockPagesOff)
 	hashes := h.sim.CrossHashes("TRADE_ZONE", 3)
 	blocks := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=30"
 	other := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=31"
@@ -321,7 +321,7 @@ func TestPurgeByHeights(t *testing.T) {
 }
 
 func TestPurgeByRouteAndAll(t *testing.T) {
-	h := newHarness(t, withPurgeToken)
+	h := newHarness(t, withPurgeToken, withBlockPagesOff)
 	hashes := h.sim.CrossHashes("CHAINX", 1)
 	blocksX := "/api/v5/chainx/block/block-list?chainShortName=chainx"
 	blocksZ := "/api/v5/chainx/block/block-list?chainShortName=trade_zone"
@@ -450,7 +450,7 @@ func TestPurgeTokenFileIsReadOnReload(t *testing.T) {
 func TestPurgeDuringAFetch(t *testing.T) {
 	for _, soft := range []bool{false, true} {
 		t.Run(fmt.Sprintf("soft=%v", soft), func(t *testing.T) {
-			h := newHarness(t, withPurgeToken)
+			h := newHarness(t, withPurgeToken, withBlockPagesOff)
 			target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=7"
 			// The fetch is held at the upstream until the purge has run (a
 			// 500 ms delay let a slow purge come after the answer was stored,

@@ -28,7 +28,7 @@ func TestReorgIsHandled(t *testing.T) {
 	const pending = 2 // explorer-sim's default pending depth
 	for _, depth := range []int{1, 2, pending + 1} {
 		t.Run(fmt.Sprintf("depth=%d", depth), func(t *testing.T) {
-			h := newHarness(t)
+			h := newHarness(t, withBlockPagesOff)
 			var logs testkit.LogBuffer
 			h.log = slog.New(slog.NewJSONHandler(&logs, nil))
 			h.start()

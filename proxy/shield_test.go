@@ -260,7 +260,7 @@ func TestClientRateLimits(t *testing.T) {
 }
 
 func TestServerHardening(t *testing.T) {
-	h := newHarness(t, func(c *config.Config, _ *sim.Config) {
+	h := newHarness(t, withBlockPagesOff, func(c *config.Config, _ *sim.Config) {
 		c.Server.ReadTimeout = 300 * time.Millisecond
 		c.Server.IdleTimeout = 300 * time.Millisecond
 		c.Server.MaxHeaderBytes = 4096

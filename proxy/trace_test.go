@@ -72,7 +72,7 @@ func attr(s tracetest.SpanStub, key string) attribute.Value {
 // attempt's span. A hit is request -> cache only.
 func TestTracingSpanTree(t *testing.T) {
 	var tps traceparents
-	h := newHarnessWrapped(t, tps.wrap)
+	h := newHarnessWrapped(t, tps.wrap, withBlockPagesOff)
 	e, exp := tracedEdge(t, h)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	target := "/api/v5/chainx/block/block-list?chainShortName=chainx&limit=5"
@@ -240,7 +240,7 @@ func BenchmarkHitTraced(b *testing.B) {
 // shared tier's calls (a get, the fetch lock) as spans.
 func TestTracingFleetTierCalls(t *testing.T) {
 	rdb := startRedis(t)
-	h, _ := newFleet(t, rdb, 1)
+	h, _ := newFleet(t, rdb, 1, withBlockPagesOff)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })

@@ -252,7 +252,7 @@ func throttledSeconds(t testing.TB, h *harness) float64 {
 func TestUpstreamRetryAfterIsCapped(t *testing.T) {
 	const year = "31536000"
 	ra := &retryAfterOnce{value: year}
-	h := newHarnessWrapped(t, ra.wrap)
+	h := newHarnessWrapped(t, ra.wrap, withBlockPagesOff)
 	target := func(i int) string {
 		return fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=CHAINX&limit=%d", i)
 	}

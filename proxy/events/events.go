@@ -92,6 +92,15 @@ type Core interface {
 	Poll(chain, key string, background bool) *cache.Entry
 	// Cached is what memory holds under key (nil: nothing).
 	Cached(key string) *cache.Entry
+	// ItemsKey is the key of chain's page of its newest 100 blocks when
+	// block-list questions are answered from the blocks held
+	// (cache.block_pages), "" when they are not: the poller then polls
+	// that page once a block and answers its questions from it.
+	ItemsKey(chain string) string
+	// FromItems answers key, a newest-page question of chain, from the
+	// blocks held, stores the answer and returns it; nil when they do not
+	// cover it. It asks nothing of the upstream.
+	FromItems(chain, key string) *cache.Entry
 	// Warm copies key from the shared tier into memory, as a miss that
 	// found it there would.
 	Warm(chain, key string)
@@ -431,7 +440,8 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 	}
 	e.m.Leader(cp.chain, true)
 	def := e.headKey(cp.chain, 0)
-	head, ok := e.fetch(cp.chain, def, false)
+	items := e.core.ItemsKey(cp.chain)
+	head, ok := e.pollHead(cp.chain, def, items)
 	e.staleness(cp, st, ok)
 	switch {
 	case !ok:
@@ -451,6 +461,11 @@ func (e *Events) pollOnce(cp *chainPoll, st config.Stream) (stream.Event, bool) 
 	cp.variants.SetBurst(max(1, st.Variants))
 	for _, k := range e.variants(cp.chain, def, st.Variants) {
 		if e.holds(k, head.Height) {
+			keys = append(keys, k)
+			continue
+		}
+		// Made of the page of 100 just polled: no call of its own.
+		if v, ok := e.fromItems(cp.chain, k, items); ok && v.Height >= head.Height {
 			keys = append(keys, k)
 			continue
 		}
@@ -555,6 +570,46 @@ func (e *Events) fetch(chain, key string, skip bool) (stream.Event, bool) {
 		return e.headOf(chain, e.core.Cached(key))
 	}
 	ent := e.core.Poll(chain, key, false)
+	if ent == nil {
+		return stream.Event{}, false
+	}
+	return e.headOf(chain, ent)
+}
+
+// pollHead polls chain's newest page and returns its newest block. With
+// items (Core.ItemsKey) it polls the page of the newest 100 blocks and
+// answers def from it, so that def and every variant that page covers
+// cost one upstream call a block together; without, or when the page
+// does not answer def, def is polled itself.
+//
+// When the page's blocks are no longer current by the time def is made of
+// them (an answer slower than its TTL), the page's own head is returned:
+// def does not hold it, and the head is announced from the next poll, as
+// when def itself is stored no longer fresh.
+func (e *Events) pollHead(chain, def, items string) (stream.Event, bool) {
+	if items == "" || items == def {
+		return e.fetch(chain, def, false)
+	}
+	ent := e.core.Poll(chain, items, false)
+	if ent == nil {
+		return stream.Event{}, false
+	}
+	if head, ok := e.fromItems(chain, def, items); ok {
+		return head, true
+	}
+	return e.headOf(chain, ent)
+}
+
+// fromItems answers key, a newest-page question of chain, from the blocks
+// held (Core.FromItems) when items says they answer such questions.
+func (e *Events) fromItems(chain, key, items string) (stream.Event, bool) {
+	if items == "" {
+		return stream.Event{}, false
+	}
+	if key == items {
+		return e.headOf(chain, e.core.Cached(key))
+	}
+	ent := e.core.FromItems(chain, key)
 	if ent == nil {
 		return stream.Event{}, false
 	}
