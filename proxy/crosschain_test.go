@@ -169,7 +169,9 @@ func TestSplitRecordsByHashAsked(t *testing.T) {
 	a, b := "0x"+strings.Repeat("a", 64), "0x"+strings.Repeat("b", 64)
 	other := "0x" + strings.Repeat("c", 64)
 	rec := func(id, tz string) string { return `{"id":"` + id + `","tzTxHash":"` + tz + `","status":"0x1"}` }
-	body := func(recs ...string) []byte { return []byte(`{"code":"0","msg":"","data":[` + strings.Join(recs, ",") + `]}`) }
+	body := func(recs ...string) []byte {
+		return []byte(`{"code":"0","msg":"","data":[` + strings.Join(recs, ",") + `]}`)
+	}
 
 	got, err := splitRecords(body(rec(other, strings.ToUpper(a[2:3])+a[3:]), rec(b, other)), []string{a, b})
 	if err == nil {
