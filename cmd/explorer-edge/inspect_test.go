@@ -59,7 +59,9 @@ func TestInspectCommand(t *testing.T) {
 	e.get(blocks)
 	got := run("-url", strings.Replace(blocks, "chainx&", "ChainX&page=1&", 1))
 	entry, _ := got["entry"].(map[string]any)
-	if got["key"] != key || entry["source"] != "upstream" || entry["class"] != "head" || entry["etag"] == "" {
+	// Made of the blocks of the page of 100 the first ask fetched
+	// (cache.block_pages, on by default): source "blocks".
+	if got["key"] != key || entry["source"] != "blocks" || entry["class"] != "head" || entry["etag"] == "" {
 		t.Fatalf("-url after two asks: %v", got)
 	}
 	top := run("-top", "3")

@@ -365,7 +365,10 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	s := startHeldSim(t)
 	defer s.release()
 	f := demoEdge(s.url)
-	f.rest = "log: {access_sample: 1}"
+	// Eight distinct limits of the newest page, eight upstream calls to
+	// hold: without block pages (cache.block_pages), which would answer
+	// all eight from one page of 100.
+	f.rest = "log: {access_sample: 1}\ncache: {block_pages: false}"
 	e := startEdge(t, f)
 	const n = 8
 	s.holdWhere(func(r *http.Request) bool {
