@@ -16,7 +16,7 @@ IMAGE ?= $(IMAGE_NAME):$(VERSION)
 # SOURCE=https://... when origin is ssh or absent.
 SOURCE ?= $(shell git remote get-url origin 2>/dev/null | grep '^https://' | sed 's/\.git$$//')
 
-.PHONY: build image run test allocs vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-zipf bench-memory bench-stream path fuzz fuzz-ci soak clean
+.PHONY: build image run test allocs vet lint prometheusrule bench bench-compare bench-browser bench-replay bench-replay-blocks bench-replay-zipf bench-memory bench-stream path fuzz fuzz-ci soak clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/explorer-edge ./cmd/explorer-sim
@@ -92,6 +92,11 @@ path:
 
 bench-replay:
 	$(GO) run ./bench/replay
+
+# Block pages (cache.block_pages) off and on, under today's mix and a
+# block-list-heavy one: upstream calls per 1000 requests (~1 min).
+bench-replay-blocks:
+	$(GO) run ./bench/replay -blocks -n 20000
 
 # A key space larger than the cache: Zipf over 100,000 settled pages, a
 # 4 MiB cache; upstream calls per 1000 requests and hit ratio, 3 runs (~1 min).

@@ -47,7 +47,15 @@ func main() {
 	runs := flag.Int("runs", 3, "-zipf: runs (seeds seed, seed+1, ...); the table ends with the medians")
 	maxTime := flag.Duration("max-time", 20*time.Second, "-zipf: bound on each run's time (fewer requests if reached)")
 	diskMiB := flag.Float64("disk-mib", 0, "-zipf: the disk tier's cache.disk_max_bytes in MiB, in a temporary directory; 0: no disk tier")
+	blocks := flag.Bool("blocks", false, "measure block pages (cache.block_pages off and on) under today's mix and a block-list-heavy one instead of the two TTL policies")
 	flag.Parse()
+
+	if *blocks {
+		if err := printBlocks(*n, *step, *seed); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 
 	if *zipf {
 		zc := zipfConfig{n: *n, keys: *keys, maxBytes: int64(*cacheMiB * (1 << 20)), diskBytes: int64(*diskMiB * (1 << 20)),
@@ -61,7 +69,7 @@ func main() {
 	policies := []string{"finality", "route"}
 	results := map[string]result{}
 	for _, pol := range policies {
-		r, err := replay(pol, *n, *step, *seed)
+		r, err := replay(replayConfig{policy: pol, blockPages: true}, *n, *step, *seed)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -107,7 +115,15 @@ type simClock struct{ ns atomic.Int64 }
 
 func (c *simClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
 
-func replay(policy string, n int, step time.Duration, seed uint64) (result, error) {
+// replayConfig is what one replay varies: the TTL policy, block pages,
+// and the mix of requests (blockHeavy: mostly block lists of every limit).
+type replayConfig struct {
+	policy     string
+	blockPages bool
+	blockHeavy bool
+}
+
+func replay(rc replayConfig, n int, step time.Duration, seed uint64) (result, error) {
 	clk := &simClock{}
 	clk.ns.Store(time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	s, err := sim.Start(sim.Config{Auth: true, Now: clk.Now})
@@ -120,7 +136,8 @@ func replay(policy string, n int, step time.Duration, seed uint64) (result, erro
 	cfg.Upstream.BaseURL = s.URL()
 	cfg.Upstream.APIKey, cfg.Upstream.SecretKey, cfg.Upstream.Passphrase = sim.DemoAPIKey, sim.DemoSecretKey, sim.DemoPassphrase
 	cfg.Upstream.Rate, cfg.Upstream.Burst = 1e6, 1e6 // count calls, do not limit them
-	cfg.Cache.Policy = policy
+	cfg.Cache.Policy = rc.policy
+	cfg.Cache.BlockPages = rc.blockPages
 	cfg.Cache.BatchWindow = 100 * time.Microsecond
 	cfg.Log.Level = "error"
 	c, err := cache.New(cache.Config{MaxBytes: 256 << 20})
@@ -135,6 +152,7 @@ func replay(policy string, n int, step time.Duration, seed uint64) (result, erro
 	}
 
 	w := newWorkload(s, seed)
+	w.blockHeavy = rc.blockHeavy
 	res := result{requests: map[string]int64{}, upstream: map[string]int64{}}
 	var ctx fasthttp.RequestCtx
 	for i := 0; i < n; i++ {
@@ -180,6 +198,9 @@ type workload struct {
 	cross  []string
 	intern []string
 	zipf   map[int]*rand.Zipf
+	// blockHeavy: 70% block lists (newest pages of limit 5 to 100, pages
+	// 1 to 5, and blocks at a height), the rest as today's mix.
+	blockHeavy bool
 }
 
 func newWorkload(s *sim.Server, seed uint64) *workload {
@@ -198,8 +219,17 @@ func (w *workload) rank(n int) int {
 	return int(z.Uint64())
 }
 
+var blockLimits = []int{5, 10, 20, 25, 50, 100}
+
 func (w *workload) next() (string, string) {
 	head := w.s.Head("CHAINX")
+	if w.blockHeavy && w.r.IntN(100) < 60 {
+		if w.r.IntN(5) > 0 {
+			return "block-list", fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&limit=%d&page=%d",
+				blockLimits[w.rank(len(blockLimits))], 1+w.rank(5))
+		}
+		return "block-list", fmt.Sprintf("/api/v5/chainx/block/block-list?chainShortName=chainx&height=%d", head-int64(w.rank(2000)))
+	}
 	switch x := w.r.IntN(100); {
 	case x < 25: // block list: mostly the newest pages, some at a height
 		if w.r.IntN(3) > 0 {
@@ -226,4 +256,32 @@ func (w *workload) next() (string, string) {
 	default:
 		return "internal-transaction-multi", "/api/v5/chainx/transaction/internal-transaction-multi?chainShortName=chainx&txId=" + w.intern[w.rank(len(w.intern))]
 	}
+}
+
+// printBlocks replays today's mix and a block-list-heavy one, each with
+// block pages off and on (cache.block_pages), and prints upstream calls
+// per 1000 requests: block-list's and all routes'.
+func printBlocks(n int, step time.Duration, seed uint64) error {
+	fmt.Printf("replay -blocks: %d requests per run, chain time step %v (%.0f s of chain time), Zipf s=1.1, seed %d\n\n",
+		n, step, (time.Duration(n) * step).Seconds(), seed)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "mix\tblock-list requests\tblock pages off: block-list/1000\ton: block-list/1000\toff: all/1000\ton: all/1000\t")
+	for _, heavy := range []bool{false, true} {
+		var res [2]result
+		for i, on := range []bool{false, true} {
+			r, err := replay(replayConfig{policy: "finality", blockPages: on, blockHeavy: heavy}, n, step, seed)
+			if err != nil {
+				return err
+			}
+			res[i] = r
+		}
+		mix := "today's"
+		if heavy {
+			mix = "block-list-heavy"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", mix, res[0].requests["block-list"],
+			per1000(res[0].upstream["block-list"], res[0].requests["block-list"]), per1000(res[1].upstream["block-list"], res[1].requests["block-list"]),
+			per1000(res[0].upstream["all"], res[0].requests["all"]), per1000(res[1].upstream["all"], res[1].requests["all"]))
+	}
+	return w.Flush()
 }
