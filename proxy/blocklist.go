@@ -93,11 +93,15 @@ func (p *Proxy) fromBlocks(s *settings, f *upstream.Request) (a *loaded, done bo
 	return nil, false, nil
 }
 
-// notStale is l without the stale copy its flight carried: a copy of
-// the page of 100 it asked, never the answer to another question.
+// notStale is a copy of l without the stale copy its flight carried: a
+// copy of the page of 100 it asked, never the answer to another question.
+// Always a copy: l is the page's flight's, shared by every question that
+// waited on it, and fill sets the question's own stale copy on what this
+// returns (a data race on l, seen under -race in
+// TestFleetSharesOneUpstreamBudget).
 func notStale(l *loaded) *loaded {
-	if l == nil || l.stale == nil {
-		return l
+	if l == nil {
+		return nil
 	}
 	c := *l
 	c.stale = nil
