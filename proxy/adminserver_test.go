@@ -108,9 +108,14 @@ func TestAdminHealthReserve(t *testing.T) {
 		// else it may take a place of the cap, not of the reserve.
 		testkit.WaitFor(t, "the cap full", func() bool { return testutil.ToFloat64(open) == maxConns })
 		c := holdIdle(t, addr, nil, 1)[0]
+		// Closed by the edge at the end of its hold, not by the deadline
+		// here. Most runs read nothing before EOF; on a loaded machine
+		// the server may answer the read that timed out before it
+		// closes (seen once in a clean-clone CI run), which is still
+		// the edge closing it: what counts is EOF, then the place back.
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if n, err := bufio.NewReader(c).Read(make([]byte, 1)); n != 0 || err != io.EOF {
-			t.Fatalf("an idle connection of the reserve: read %d, %v; want EOF, closed by the edge", n, err)
+		if got, err := io.ReadAll(bufio.NewReader(c)); err != nil {
+			t.Fatalf("an idle connection of the reserve: read %q, %v; want EOF, closed by the edge", got, err)
 		}
 		testkit.WaitFor(t, "its place given back", func() bool { return testutil.ToFloat64(open) == maxConns })
 		if status := getOnNewConn(t, addr, "/healthz"); status != 200 {
